@@ -39,6 +39,7 @@ from remote_latency import one_step
 from harvest import App, activity, workflow
 from harvest.db import notify, sqlapi
 from harvest.worker import worker as worker_module
+from harvest.worker.event_loop import choose_event_loop
 
 EVENTS: list[tuple[float, str]] = []
 CLOCK = time.perf_counter  # CLOCK_MONOTONIC: one clock for both processes
@@ -64,26 +65,28 @@ APP = App(workflows=[one_step, ping_loop], activities=[noop, pinged])
 
 
 def _name(sql: str) -> str:
+    if "harvest.signal_workflow(" in sql:  # (its statement names list_awaited_signals first)
+        return "signal_workflow"
     found = NAME.search(sql)
     return found.group(1) if found else sql[:30]
 
 
 def instrument(tag: str) -> None:
     api = sqlapi.AsyncSqlApi
-    for attr in ("_all", "_all_retrying"):
-        real = getattr(api, attr)
+    # (_all only: _all_retrying sends through it.)
+    real = api._all
 
-        def traced(self: Any, sql: str, params: Any, _real: Any = real) -> Any:
-            async def call() -> Any:
-                EVENTS.append((CLOCK(), f"{tag}:{_name(sql)}>"))
-                try:
-                    return await _real(self, sql, params)
-                finally:
-                    EVENTS.append((CLOCK(), f"{tag}:{_name(sql)}<"))
+    def traced(self: Any, sql: str, params: Any, *more: Any, **named: Any) -> Any:
+        async def call() -> Any:
+            EVENTS.append((CLOCK(), f"{tag}:{_name(sql)}>"))
+            try:
+                return await real(self, sql, params, *more, **named)
+            finally:
+                EVENTS.append((CLOCK(), f"{tag}:{_name(sql)}<"))
 
-            return call()
+        return call()
 
-        setattr(api, attr, traced)
+    api._all = traced  # type: ignore[method-assign]
     # A claim that decides (worker.py, _claim_deciding): its claim and its decision, each
     # named as the call it carries.
     claim_open = worker_module.claim_tasks_open
@@ -151,6 +154,7 @@ async def measure(dsn: str, n: int, rate: float, execute: bool = False) -> None:
     for i in range(5):  # warm-up
         await (await client.start_workflow(one_step, i)).result(timeout=60)
     EVENTS.clear()
+    server = await server_stats(dsn) if SERVER_ON else None
     t0 = time.monotonic()
     for i in range(n):  # one at a time
         delay = t0 + i / rate - time.monotonic()
@@ -163,6 +167,8 @@ async def measure(dsn: str, n: int, rate: float, execute: bool = False) -> None:
             handle = await client.start_workflow(one_step, i)
             await handle.result(timeout=60)
         EVENTS.append((CLOCK(), "C:result returned"))
+    if server is not None:
+        SERVER_SPLIT.update(diff_stats(server, await server_stats(dsn), n))
     await client.close()
 
 
@@ -187,6 +193,131 @@ async def measure_signals(dsn: str, n: int, rate: float) -> None:
         await handle.signal("ping", i)
     await handle.result(timeout=60)
     await client.close()
+
+
+# --server: the server's own part of each call, from pg_stat_statements (mean execution of the
+# path's five statements, top level) and pg_stat_io (the WAL flushes of the commits, with
+# track_wal_io_timing on); filled by measure() when SERVER_ON.
+SERVER_ON = False
+SERVER_SPLIT: dict[str, float] = {}
+PATH_CALLS = {  # a statement's text -> the call it is on the path
+    "harvest.start_workflows(": "start_workflows",
+    "harvest.claim_tasks(": "claim_tasks",
+    "harvest.complete_workflow_tasks(": "complete_workflow_tasks",
+    "harvest.complete_activities(": "complete_activities",
+    "harvest.wait_for_result(": "wait_for_result",
+}
+
+
+async def server_stats(dsn: str) -> dict[str, tuple[float, float]]:
+    """{call: (calls, total execution ms)} for the path's statements in this database, and
+    ``wal flush`` (fsyncs, their ms) of the client backends, so far."""
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        rows = await (
+            await conn.execute(
+                "SELECT s.query, s.calls, s.total_exec_time FROM pg_stat_statements AS s"
+                " JOIN pg_database AS d ON d.oid = s.dbid WHERE d.datname = current_database()"
+            )
+        ).fetchall()
+        wal = await (
+            await conn.execute(
+                "SELECT coalesce(sum(fsyncs), 0), coalesce(sum(fsync_time), 0) FROM pg_stat_io"
+                " WHERE object = 'wal' AND backend_type = 'client backend'"
+            )
+        ).fetchone()
+    found: dict[str, tuple[float, float]] = {"wal flush": (float(wal[0]), float(wal[1]))}
+    for query, calls, total in rows:
+        for text, call in PATH_CALLS.items():
+            if text in query:
+                had = found.get(call, (0.0, 0.0))
+                found[call] = (had[0] + calls, had[1] + total)
+    return found
+
+
+def diff_stats(
+    before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]], n: int
+) -> dict[str, float]:
+    """Per call: its mean execution (ms); ``wal flush``: flushes per run and ms each."""
+    out: dict[str, float] = {}
+    for call, (calls, total) in after.items():
+        calls -= before.get(call, (0.0, 0.0))[0]
+        total -= before.get(call, (0.0, 0.0))[1]
+        if call == "wal flush":
+            out["wal flushes per run"] = calls / n
+            out["wal flush ms each"] = total / calls if calls else 0.0
+        elif calls:
+            out[call] = total / calls
+    return out
+
+
+# The hops of the start -> result path (--execute or start then result()), each from its first
+# step to its second; the server's part (--server) is the calls' execution within them.
+HOPS = (
+    ("client: the call -> start sent (encode, the start batcher)", "C:start_workflow", "C:start_workflows>"),
+    ("start: execute, commit, NOTIFY relayed, worker woken", "C:start_workflows>", "W:woken"),
+    ("worker: woken -> claim sent", "W:woken", "W:claim_tasks (open)>"),
+    ("claim (open transaction)", "W:claim_tasks (open)>", "W:claim_tasks (open)<"),
+    (
+        "worker: replay, decide -> decision sent",
+        "W:claim_tasks (open)<",
+        "W:complete_workflow_tasks (in the claim)>",
+    ),
+    (
+        "decision + handed activity, commit",
+        "W:complete_workflow_tasks (in the claim)>",
+        "W:complete_workflow_tasks (in the claim)<",
+    ),
+    (
+        "worker: activity body, result -> sent",
+        "W:complete_workflow_tasks (in the claim)<",
+        "W:complete_activities>",
+    ),
+    (
+        "result + close, commit, NOTIFY relayed to the client's hub",
+        "W:complete_activities>",
+        "C:hub notified",
+    ),
+    ("client: hub notified -> read sent", "C:hub notified", "C:wait_for_result>"),
+    ("read of the ended run", "C:wait_for_result>", "C:wait_for_result<"),
+    ("client: read -> result() returns", "C:wait_for_result<", "C:result returned"),
+)
+HOP_SERVER = {
+    "start: execute, commit, NOTIFY relayed, worker woken": "start_workflows",
+    "claim (open transaction)": "claim_tasks",
+    "decision + handed activity, commit": "complete_workflow_tasks",
+    "result + close, commit, NOTIFY relayed to the client's hub": "complete_activities",
+    "read of the ended run": "wait_for_result",
+}
+
+
+def hop_table(events: list[tuple[float, str]]) -> None:
+    """Each hop's median over the runs that have both its steps (first occurrence in a run)."""
+    runs: list[dict[str, float]] = []
+    for t, what in sorted(events):
+        if what == "C:start_workflow":
+            runs.append({})
+        if runs and what not in runs[-1]:
+            runs[-1][what] = t
+    print("hop medians, ms (per hop over every run; server: the call's mean execution, --server):")
+    total = 0.0
+    for label, first, second in HOPS:
+        took = [(run[second] - run[first]) * 1000 for run in runs if first in run and second in run]
+        if not took:
+            continue
+        median = statistics.median(took)
+        total += median
+        server = SERVER_SPLIT.get(HOP_SERVER.get(label, ""))
+        extra = f"   server {server:5.2f}" if server is not None else ""
+        print(f"{median:8.2f}{extra}  {label}")
+    print(f"{total:8.2f}  the hops' medians summed")
+    if SERVER_SPLIT:
+        print(
+            f"WAL flushes per run {SERVER_SPLIT.get('wal flushes per run', 0):.2f},"
+            f" {SERVER_SPLIT.get('wal flush ms each', 0):.3f} ms each"
+        )
 
 
 def timeline(
@@ -252,10 +383,20 @@ def main() -> None:
         action="store_true",
         help="execute_workflow (the row's client path) for start then result()",
     )
+    parser.add_argument(
+        "--server",
+        action="store_true",
+        help="the server's part of each call (pg_stat_statements, pg_stat_io: a private server"
+        " with pg_stat_statements loaded and track_wal_io_timing on)",
+    )
+    parser.add_argument("--dump", help="also write every event, both processes, as JSON to this file")
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve:
-        asyncio.run(serve(args.dsn, args.serve))
+    if args.server:
+        global SERVER_ON
+        SERVER_ON = True
+    if args.serve:  # on the loop remote_latency.py's worker runs on (uvloop when installed)
+        choose_event_loop("auto").run(serve(args.dsn, args.serve))
         return
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "worker.json")
@@ -278,10 +419,14 @@ def main() -> None:
             child.wait(timeout=60)
         with open(out) as f:
             worker_events = [(t, what) for t, what in json.load(f)]
+    if args.dump:
+        with open(args.dump, "w") as f:
+            json.dump(sorted(EVENTS + worker_events), f)
     if args.signals:
         timeline(EVENTS + worker_events, "C:signal", "W:activity body")
     else:
         timeline(EVENTS + worker_events)
+        hop_table(EVENTS + worker_events)
 
 
 if __name__ == "__main__":

@@ -4,21 +4,29 @@
     nice -n 10 python bench/operator_views.py --data /tmp/opviews --sql      # the SQL API's reads
     nice -n 10 python bench/operator_views.py --data /tmp/opviews --explain NAME
     nice -n 10 python bench/operator_views.py --data /tmp/opviews --sql --index-attr priority
+    nice -n 10 python bench/operator_views.py --data /tmp/opviews --prune '67 days'   # destructive
 
 One embedded PostgreSQL on a kept data directory (each run starts it again; ``--drop`` deletes
 it). The fill is set-based (INSERT ... SELECT over generate_series, a quarter of a million runs
 per statement), with the secondary indexes of the filled tables dropped and built again after:
 
 - ``--runs`` executions (2M by default) created over the last 90 days in id order (the ids'
-  clock bytes are their creation times, as ``_new_execution_id`` makes them), over 20 workflow
-  names (skewed: the first few hold most runs) and 5 queues; 96.5% COMPLETED, 1.5% FAILED,
-  0.5% each CANCELLED, TERMINATED and TIMED_OUT, 1% CONTINUED_AS_NEW, the last day's every third
-  run RUNNING with a pending activity task, one in 5,000 older runs RUNNING on a far timer;
-  one run in fifty a child of the run before it;
+  clock bytes are their creation times, as ``_new_execution_id`` makes them), over 200 workflow
+  names (skewed: the last few hold about 1% each) and 50 queues; 87.5% COMPLETED, 10% FAILED,
+  0.5% each CANCELLED, TERMINATED and TIMED_OUT, 1% CONTINUED_AS_NEW; one run in a hundred
+  RUNNING with a failing workflow task (its row's last_failure: the failing filter's runs), the
+  last day's every third run RUNNING with a pending activity, one in 5,000 older runs RUNNING on
+  a far timer; one run in fifty a child of the run before it;
 - a third of the runs carry search attributes (tenant out of 5,000, region out of 4; one in
   ten a number too);
-- 3 events per run, 5 for a run with an activity (one in three): about 7.3M events;
-- a dead letter for every FAILED run; 100,000 audit rows; 50 schedules with 20 firings each.
+- 2 or 3 events per live run; an ended run 3, or 6 with an activity (one in three), and 0 to 4
+  more activities (3 events each): about 19.8M events;
+- a dead letter for every FAILED run (200,000); 100,000 audit rows; 50 schedules with 20
+  firings each.
+
+``--prune MAX_AGE`` (after ``--sql``, or alone) sweeps the runs older than it as `harvest retention
+run-now` does, batch by batch, while another connection starts a workflow every 20 ms: the
+starts' times say what the sweep's locks cost them. It deletes the runs: run it last.
 
 Every row follows the schema's rules (the executions' and events' rules are checked by the fill
 itself: it runs with ``session_replication_role = replica``, which skips the row triggers and
@@ -41,8 +49,8 @@ from harvest.db.embedded import EmbeddedPostgres
 from harvest.db.migrate import Migrator
 
 CHUNK = 250_000
-NAMES = [f"wf_{n:02d}" for n in range(20)]
-QUEUE_OF = "CASE WHEN g.i % 10 < 6 THEN 'default' ELSE 'q' || (g.i % 10 - 5) END"
+NAMES = [f"wf_{n:03d}" for n in range(200)]
+QUEUE_OF = "CASE WHEN g.i % 50 = 0 THEN 'default' ELSE 'q' || (g.i % 50) END"
 
 # One row per run, everything the inserts need, computed from i alone (so a child can name
 # its parent, run i - 1, by id).
@@ -50,19 +58,21 @@ RUNS = """
 SELECT g.i,
        {id_of_i} AS id,
        CASE WHEN g.i % 50 = 1 AND g.i > 1 THEN {id_of_prev} END AS parent_id,
-       'wf_' || lpad(floor(power(((g.i * 7919) % 1000) / 1000.0, 2) * 20)::int::text, 2, '0') AS workflow_name,
+       'wf_' || lpad(floor(power(((g.i * 7919) % 1000) / 1000.0, 2) * 200)::int::text, 3, '0') AS workflow_name,
        'order-' || g.i AS workflow_id,
        {queue} AS queue,
        at.at,
-       CASE WHEN g.i > %(n)s - %(recent)s AND g.i % 3 = 0 THEN 'RUNNING'
+       CASE WHEN g.i % 100 = 7 THEN 'RUNNING'
+            WHEN g.i > %(n)s - %(recent)s AND g.i % 3 = 0 THEN 'RUNNING'
             WHEN g.i % 5000 = 0 THEN 'RUNNING'
-            WHEN (g.i * 31) % 1000 < 15 THEN 'FAILED'
-            WHEN (g.i * 31) % 1000 < 20 THEN 'CANCELLED'
-            WHEN (g.i * 31) % 1000 < 25 THEN 'TERMINATED'
-            WHEN (g.i * 31) % 1000 < 30 THEN 'TIMED_OUT'
-            WHEN (g.i * 31) % 1000 < 40 THEN 'CONTINUED_AS_NEW'
+            WHEN (g.i * 31) % 1000 < 100 THEN 'FAILED'
+            WHEN (g.i * 31) % 1000 < 105 THEN 'CANCELLED'
+            WHEN (g.i * 31) % 1000 < 110 THEN 'TERMINATED'
+            WHEN (g.i * 31) % 1000 < 115 THEN 'TIMED_OUT'
+            WHEN (g.i * 31) % 1000 < 125 THEN 'CONTINUED_AS_NEW'
             ELSE 'COMPLETED' END AS status,
-       g.i % 3 = 0 AS with_activity,
+       g.i % 3 = 0 AND g.i % 100 <> 7 AS with_activity,
+       g.i % 100 = 7 AS failing,
        CASE WHEN g.i % 3 = 1 THEN jsonb_strip_nulls(jsonb_build_object(
                 'tenant', 't-' || (g.i % 5000), 'region', (ARRAY['eu', 'us', 'ap', 'sa'])[g.i % 4 + 1],
                 'priority', CASE WHEN g.i % 10 = 1 THEN g.i % 5 END))
@@ -96,8 +106,11 @@ x AS (
            CASE WHEN r.status IN ('RUNNING', 'PAUSED') THEN NULL
                 ELSE r.at + make_interval(secs => 1 + r.i % 600) END AS completed_at,
            CASE WHEN r.status = 'RUNNING' THEN (CASE WHEN r.with_activity THEN 3 ELSE 2 END)
-                ELSE (CASE WHEN r.with_activity THEN 6 ELSE 3 END) END AS n_events
+                ELSE (CASE WHEN r.with_activity THEN 6 ELSE 3 END) + 3 * k.k END AS n_events,
+           CASE WHEN r.with_activity THEN 5 ELSE 2 END AS base, k.k
     FROM r
+    -- an ended run's further activities (none to four: five more events on average a run)
+    CROSS JOIN LATERAL (SELECT CASE WHEN r.status = 'RUNNING' THEN 0 ELSE r.i % 5 END AS k) AS k
 ),
 ex AS (
     INSERT INTO harvest.executions (
@@ -117,7 +130,8 @@ ex AS (
 ),
 ev AS (
     INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
-    SELECT x.id, e.n, e0.event_type, e0.event_data, x.at + make_interval(secs => e.n)
+    SELECT u.id, u.n, u.event_type, u.event_data, u.created_at FROM (
+    SELECT x.i, x.id, e.n, e0.event_type, e0.event_data, x.at + make_interval(secs => e.n) AS created_at
     FROM x
     CROSS JOIN LATERAL (VALUES
         (1, 'WorkflowStarted', jsonb_build_object('workflow_name', x.workflow_name, 'workflow_id', x.workflow_id,
@@ -138,7 +152,22 @@ ev AS (
     -- event ids are dense: the terminal event follows the ones before it
     CROSS JOIN LATERAL (SELECT CASE WHEN e0.n0 = 6 THEN x.n_events ELSE e0.n0 END AS n) AS e
     WHERE e0.event_type IS NOT NULL
-    ORDER BY x.i, e.n
+    UNION ALL
+    -- each further activity: scheduled, completed, and the workflow task that read its result,
+    -- after the events above and before the terminal one
+    SELECT x.i, x.id, x.base + 3 * (j.j - 1) + t.t,
+           (ARRAY['ActivityScheduled', 'ActivityCompleted', 'WorkflowTaskCompleted'])[t.t],
+           CASE t.t WHEN 1 THEN jsonb_build_object('seq', j.j + (x.base = 5)::int, 'name', 'ship', 'input', x.input, 'queue', x.queue,
+                                                   'options', '{}'::jsonb)
+                    WHEN 2 THEN jsonb_build_object('seq', j.j + (x.base = 5)::int, 'result', '{"shipped": true}'::jsonb, 'attempt', 1,
+                                                   'started_at', x.at + make_interval(secs => x.base + 3 * j.j))
+                    ELSE jsonb_build_object('through', x.base + 3 * (j.j - 1) + 2, 'worker_id', 'filler') END,
+           x.at + make_interval(secs => x.base + 3 * (j.j - 1) + t.t)
+    FROM x
+    CROSS JOIN LATERAL generate_series(1, x.k) AS j (j)
+    CROSS JOIN (VALUES (1), (2), (3)) AS t (t)
+    ) AS u
+    ORDER BY u.i, u.n
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM ex), (SELECT count(*) FROM ev)
@@ -160,7 +189,21 @@ SELECT e.id, CASE WHEN e.last_event_id = 3 THEN 'activity' ELSE 'timer' END, e.q
        CASE WHEN e.last_event_id = 3 THEN e.input END, '{}'::jsonb, 'pending', 0, 0,
        CASE WHEN e.last_event_id = 3 THEN e.workflow_name END, CASE WHEN e.last_event_id = 3 THEN e.workflow_id END
 FROM harvest.executions AS e
-WHERE e.status = 'RUNNING'
+WHERE e.status = 'RUNNING' AND substring(e.workflow_id FROM 7)::bigint % 100 <> 7
+ORDER BY e.created_at
+"""
+# The failing runs (one in a hundred, RUNNING): a workflow task retrying after its decision
+# failed, its last failure on its row as fail_workflow_task writes it.
+FAILING = """
+INSERT INTO harvest.tasks (
+    execution_id, kind, queue, priority, due_at, scheduled_at, options, status, attempt, fencing_token,
+    last_failure
+)
+SELECT e.id, 'workflow', e.queue, 0, %(now)s + interval '5 minutes', e.created_at, '{}'::jsonb, 'pending',
+       7, 7, jsonb_build_object('error_type', 'KeyError', 'message', 'order missing',
+                                'failing_since', e.created_at + interval '2 seconds')
+FROM harvest.executions AS e
+WHERE e.status = 'RUNNING' AND substring(e.workflow_id FROM 7)::bigint % 100 = 7
 ORDER BY e.created_at
 """
 DEAD_LETTERS = """
@@ -235,6 +278,7 @@ def build(dsn: str, runs: int, say: Any = lambda line: print(line, flush=True)) 
             conn.execute(definition)
             say(f"  index {name}: {time.monotonic() - t0:,.1f} s")
         conn.execute(sql(TASKS), {"now": now})
+        conn.execute(sql(FAILING), {"now": now})
         conn.execute(DEAD_LETTERS)
         conn.execute(sql(AUDIT), {"now": now})
         for s in range(50):
@@ -261,13 +305,16 @@ VIEWS: list[tuple[str, str]] = [
     ("list: status FAILED, deep", LIST.format(args="p_status => 'FAILED', p_cursor => %(mid)s")),
     ("list: status PAUSED (none)", LIST.format(args="p_status => 'PAUSED'")),
     ("list: status FAILED,TIMED_OUT", LIST.format(args="p_status => 'FAILED,TIMED_OUT'")),
-    ("list: workflow_name (5%)", LIST.format(args="p_workflow_name => 'wf_10'")),
-    ("list: workflow_name (5%), deep", LIST.format(args="p_workflow_name => 'wf_10', p_cursor => %(mid)s")),
-    ("list: workflow_name + FAILED", LIST.format(args="p_workflow_name => 'wf_19', p_status => 'FAILED'")),
-    ("list: workflow_name + RUNNING", LIST.format(args="p_workflow_name => 'wf_19', p_status => 'RUNNING'")),
+    ("list: workflow_name (0.5%)", LIST.format(args="p_workflow_name => 'wf_100'")),
+    (
+        "list: workflow_name (0.5%), deep",
+        LIST.format(args="p_workflow_name => 'wf_100', p_cursor => %(mid)s"),
+    ),
+    ("list: workflow_name + FAILED", LIST.format(args="p_workflow_name => 'wf_199', p_status => 'FAILED'")),
+    ("list: workflow_name + RUNNING", LIST.format(args="p_workflow_name => 'wf_199', p_status => 'RUNNING'")),
     (
         "list: name + FAILED, asc",
-        LIST.format(args="p_workflow_name => 'wf_19', p_status => 'FAILED', p_order => 'asc'"),
+        LIST.format(args="p_workflow_name => 'wf_199', p_status => 'FAILED', p_order => 'asc'"),
     ),
     (
         "list: one day, 30 days ago",
@@ -308,13 +355,13 @@ VIEWS: list[tuple[str, str]] = [
     ),
     (
         "count: chips, workflow_name",
-        "SELECT * FROM harvest.count_executions('status', p_workflow_name => 'wf_10', p_limit => 10000)",
+        "SELECT * FROM harvest.count_executions('status', p_workflow_name => 'wf_100', p_limit => 10000)",
     ),
     ("count: by workflow_name", "SELECT * FROM harvest.count_executions('workflow_name')"),
     ("count: all", "SELECT * FROM harvest.count_executions('all')"),
     (
         "count: by status, workflow_name",
-        "SELECT * FROM harvest.count_executions('status', p_workflow_name => 'wf_10')",
+        "SELECT * FROM harvest.count_executions('status', p_workflow_name => 'wf_100')",
     ),
     (
         "count: by status, attr region=eu",
@@ -336,6 +383,125 @@ VIEWS: list[tuple[str, str]] = [
         "count: by status, one day",
         "SELECT * FROM harvest.count_executions('status', p_created_after => now() - interval '1 day')",
     ),
+    # The faces added since stop 65 (the dashboard's runs page is a list and its bounded status
+    # chips with the same filters; the CLI's list/count and the Python client's list are the
+    # same calls).
+    ("list: failing (pill)", LIST.format(args="p_failing => true")),
+    ("list: failing, deep", LIST.format(args="p_failing => true, p_cursor => %(mid)s")),
+    ("list: not failing", LIST.format(args="p_failing => false")),
+    ("list: failing + RUNNING", LIST.format(args="p_failing => true, p_status => 'RUNNING'")),
+    ("list: failing + name", LIST.format(args="p_failing => true, p_workflow_name => 'wf_199'")),
+    ("list: workflow_id", LIST.format(args="p_workflow_id => 'order-1000007'")),
+    (
+        "list: workflow_id + FAILED",
+        LIST.format(args="p_workflow_id => 'order-1000007', p_status => 'FAILED'"),
+    ),
+    ("list: workflow_id (none)", LIST.format(args="p_workflow_id => 'order-nobody'")),
+    (
+        "list: last 7 days + FAILED",
+        LIST.format(args="p_created_after => now() - interval '7 days', p_status => 'FAILED'"),
+    ),
+    (
+        "list: 30..31 days ago + name",
+        LIST.format(
+            args="p_created_after => now() - interval '31 days', p_created_before => now() - interval '30 days',"
+            " p_workflow_name => 'wf_199'"
+        ),
+    ),
+    (
+        "list: queue-heavy name + FAILED, 200",
+        LIST.format(args="p_workflow_name => 'wf_199', p_status => 'FAILED', p_page_size => 200"),
+    ),
+    ("list: client page 1000", LIST.format(args="p_page_size => 1000")),
+    (
+        "list: export page by name (1000)",
+        LIST.format(args="p_workflow_name => 'wf_100', p_page_size => 1000"),
+    ),
+    ("list: attr priority 2..3 (range)", LIST.format(args="p_filter => 'priority >= 2 AND priority <= 3'")),
+    (
+        "list: attr region=eu + FAILED + 7d",
+        LIST.format(
+            args="p_search_attributes => ARRAY['region=eu'], p_status => 'FAILED', p_created_after => now() - interval '7 days'"
+        ),
+    ),
+    (
+        "count: chips, failing",
+        "SELECT * FROM harvest.count_executions('status', p_failing => true, p_limit => 10000)",
+    ),
+    (
+        "count: chips, not failing",
+        "SELECT * FROM harvest.count_executions('status', p_failing => false, p_limit => 10000)",
+    ),
+    (
+        "count: chips, workflow_id",
+        "SELECT * FROM harvest.count_executions('status', p_workflow_id => 'order-1000007', p_limit => 10000)",
+    ),
+    (
+        "count: chips, status FAILED",
+        "SELECT * FROM harvest.count_executions('status', p_status => 'FAILED', p_limit => 10000)",
+    ),
+    (
+        "count: chips, last 7 days",
+        "SELECT * FROM harvest.count_executions('status', p_created_after => now() - interval '7 days', p_limit => 10000)",
+    ),
+    (
+        "count: chips, attr tenant",
+        "SELECT * FROM harvest.count_executions('status', p_search_attributes => ARRAY['tenant=t-42'], p_limit => 10000)",
+    ),
+    (
+        "count: chips, attr priority>=3",
+        "SELECT * FROM harvest.count_executions('status', p_filter => 'priority >= 3', p_limit => 10000)",
+    ),
+    ("count: CLI exact, failing", "SELECT * FROM harvest.count_executions('status', p_failing => true)"),
+    (
+        "count: CLI exact, workflow_id",
+        "SELECT * FROM harvest.count_executions('all', p_workflow_id => 'order-1000007')",
+    ),
+    (
+        "count: CLI exact, FAILED by name",
+        "SELECT * FROM harvest.count_executions('workflow_name', p_status => 'FAILED')",
+    ),
+    (
+        "batch: cancel preview, name + RUNNING",
+        "SELECT harvest.cancel_workflows(p_status => 'RUNNING', p_workflow_name => 'wf_199', p_dry_run => true)",
+    ),
+    (
+        "batch: cancel preview, failing",
+        "SELECT harvest.cancel_workflows(p_failing => true, p_dry_run => true)",
+    ),
+    (
+        "batch: cancel preview, workflow_id",
+        "SELECT harvest.cancel_workflows(p_workflow_id => 'order-1000007', p_dry_run => true)",
+    ),
+    (
+        "batch: terminate preview, attr + RUNNING",
+        "SELECT harvest.terminate_workflows(p_status => 'RUNNING', p_search_attributes => ARRAY['region=eu'], p_dry_run => true)",
+    ),
+    (
+        "versions: history-before, no marker",
+        "SELECT * FROM harvest.count_versions('some-change', -1, 'active', NULL, now() - interval '1 day')",
+    ),
+    (
+        "versions: history-before, all versions",
+        "SELECT * FROM harvest.count_versions('some-change', NULL, 'active', NULL, now() - interval '1 day')",
+    ),
+    (
+        "versions: history-before, one name",
+        "SELECT * FROM harvest.count_versions('some-change', -1, 'active', 'wf_199', now() - interval '1 day')",
+    ),
+    ("versions: terminal", "SELECT * FROM harvest.count_versions('some-change', NULL, 'terminal')"),
+    ("dlq: count by activity", "SELECT * FROM harvest.count_dead_letters('activity')"),
+    ("dlq: count by workflow", "SELECT * FROM harvest.count_dead_letters('workflow')"),
+    ("dlq: count by error_type", "SELECT * FROM harvest.count_dead_letters('error_type')"),
+    ("dlq: page by id cursor", "SELECT * FROM harvest.list_dead_letters(100, NULL, NULL, %(dlq_mid)s)"),
+    (
+        "dlq: page by activity, deep",
+        "SELECT * FROM harvest.list_dead_letters(100, 'ship', NULL, %(dlq_mid)s)",
+    ),
+    ("schedules: page 2", "SELECT * FROM harvest.list_schedules(NULL, 'nightly-25', 20, NULL)"),
+    ("schedules: paused", "SELECT * FROM harvest.list_schedules(NULL, NULL, 50, true)"),
+    ("schedules: misses", "SELECT * FROM harvest.count_schedule_misses(now() - interval '7 days')"),
+    ("starts: held back (list_pending_starts)", "SELECT * FROM harvest.list_pending_starts()"),
     ("run: get_execution", "SELECT * FROM harvest.get_execution(%(parent)s)"),
     ("run: history page", "SELECT * FROM harvest.get_history_page(%(parent)s)"),
     ("run: stack", "SELECT harvest.get_execution_stack(%(running)s, 100)"),
@@ -343,7 +509,7 @@ VIEWS: list[tuple[str, str]] = [
     ("run: by workflow_id", "SELECT * FROM harvest.get_execution_by_workflow_id('order-1000000')"),
     ("dlq: list 100", "SELECT * FROM harvest.list_dead_letters(100)"),
     ("dlq: list by activity", "SELECT * FROM harvest.list_dead_letters(100, 'ship')"),
-    ("dlq: list by workflow", "SELECT * FROM harvest.list_dead_letters(100, NULL, 'wf_19')"),
+    ("dlq: list by workflow", "SELECT * FROM harvest.list_dead_letters(100, NULL, 'wf_199')"),
     (
         "dlq: deep page",
         "SELECT * FROM harvest.list_dead_letters(100, NULL, NULL, NULL, now() - interval '45 days')",
@@ -379,6 +545,19 @@ VIEWS: list[tuple[str, str]] = [
 # Writes, each timed in a transaction rolled back.
 WRITES: list[tuple[str, str]] = [
     ("retention: janitor batch (500, 60 days)", "SELECT harvest.run_retention(interval '60 days', 500)"),
+    (
+        "schedules: backfill 30 slots",
+        (
+            "SELECT harvest.backfill_schedule('nightly-1', ARRAY(SELECT date_trunc('day', now()) + interval '3 hours'"
+            " - make_interval(days => g)"
+            " FROM generate_series(1, 30) AS g (g)))"
+        ),
+    ),
+    ("workers: lost-worker sweep (100)", "SELECT * FROM harvest.expire_lost_workers(100)"),
+    (
+        "batch: cancel 50 by name + RUNNING",
+        "SELECT harvest.cancel_workflows(p_status => 'RUNNING', p_workflow_name => 'wf_199', p_limit => 50)",
+    ),
 ]
 
 
@@ -393,7 +572,11 @@ def setup(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     running = conn.execute(
         "SELECT id FROM harvest.executions WHERE status = 'RUNNING' ORDER BY created_at DESC LIMIT 1"
     ).fetchone()[0]  # type: ignore[index]
-    return {"mid": mid, "parent": parent, "running": running}
+    dlq_mid = conn.execute(
+        "SELECT id FROM harvest.dead_letters ORDER BY id DESC OFFSET (SELECT count(*) / 2 FROM harvest.dead_letters)"
+        " LIMIT 1"
+    ).fetchone()[0]  # type: ignore[index]
+    return {"mid": mid, "parent": parent, "running": running, "dlq_mid": dlq_mid}
 
 
 def timed(conn: psycopg.Connection[Any], statement: str, params: Any = None, repeat: int = 5) -> float:
@@ -471,6 +654,75 @@ def measure(dsn: str, args: argparse.Namespace) -> None:
             Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
 
 
+def prune(dsn: str, max_age: str, batch_size: int) -> dict[str, Any]:
+    """The retention sweep of the runs older than ``max_age`` as `harvest retention run-now`
+    makes it (one transaction a batch of ``batch_size``, until none remain), while another
+    connection starts a workflow every 20 ms: each start's time says whether a batch's locks
+    hold starts up. Destructive (the runs are gone): run it last."""
+    import threading
+
+    stop = threading.Event()
+    starts: list[float] = []
+
+    def starter() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SET lock_timeout = '30s'")
+            n = 0
+            while not stop.is_set():
+                n += 1
+                t0 = time.perf_counter()
+                conn.execute(
+                    "SELECT harvest.start_workflow(%s, '[]'::jsonb, %s, 'q1')",
+                    [NAMES[n % 200], f"prune-start-{n}"],
+                )
+                starts.append((time.perf_counter() - t0) * 1000)
+                time.sleep(0.02)
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT harvest.set_retention(%s::interval, %s)", [max_age, batch_size])
+        t0 = time.perf_counter()  # (`harvest retention status`, and run-now's progress bar)
+        status = conn.execute("SELECT harvest.get_retention_status() -> 'eligible'").fetchone()[0]  # type: ignore[index]
+        status_ms = (time.perf_counter() - t0) * 1000
+        thread = threading.Thread(target=starter, daemon=True)
+        thread.start()
+        time.sleep(2)
+        baseline = list(starts)
+        batches: list[float] = []
+        deleted = 0
+        began = time.perf_counter()
+        while True:
+            t0 = time.perf_counter()
+            done = conn.execute("SELECT harvest.run_retention()").fetchone()[0]  # type: ignore[index]
+            batches.append((time.perf_counter() - t0) * 1000)
+            deleted += done["deleted"]
+            if not done["remaining"] or not done["deleted"]:
+                break
+        total = time.perf_counter() - began
+        during = starts[len(baseline) :]
+        stop.set()
+        thread.join()
+
+    def pct(xs: list[float], q: float) -> float:
+        return round(sorted(xs)[min(len(xs) - 1, int(q * len(xs)))], 1) if xs else 0.0
+
+    out = {
+        "eligible": status,
+        "status_ms": round(status_ms, 1),
+        "deleted": deleted,
+        "seconds": round(total, 1),
+        "batches": len(batches),
+        "batch_ms_p50": pct(batches, 0.5),
+        "batch_ms_max": pct(batches, 1.0),
+        "start_ms_before_p50": pct(baseline, 0.5),
+        "starts_during": len(during),
+        "start_ms_p50": pct(during, 0.5),
+        "start_ms_p99": pct(during, 0.99),
+        "start_ms_max": pct(during, 1.0),
+    }
+    print(json.dumps(out), flush=True)
+    return out
+
+
 def arguments(doc: str, runs: int, what: str) -> argparse.ArgumentParser:
     """The options of a bench over a kept, filled server (this one's and background_loops')."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
@@ -498,7 +750,7 @@ def run(args: argparse.Namespace, name: str, fill: Any, measure: Any) -> None:
             with psycopg.connect(pg.dsn, autocommit=True) as admin:
                 admin.execute(f"CREATE DATABASE {name}")
             fill(dsn)
-        if args.sql or args.explain:
+        if args.sql or args.explain or getattr(args, "prune", None):
             Migrator(dsn).run()  # this checkout's migrations and functions
             measure(dsn, args)
         if args.serve:
@@ -518,8 +770,22 @@ def main() -> None:
         metavar="KEY",
         help="first index this number search attribute as an operator may (kept: DROP INDEX to undo)",
     )
+    parser.add_argument(
+        "--prune",
+        default=None,
+        metavar="MAX_AGE",
+        help="then sweep the runs older than this (e.g. '67 days') with starts alongside (destructive)",
+    )
+    parser.add_argument("--prune-batch", type=int, default=500, help="the sweep's batch size")
     args = parser.parse_args()
-    run(args, "views", lambda dsn: build(dsn, args.runs), measure)
+
+    def views(dsn: str, args: argparse.Namespace) -> None:
+        if args.sql or args.explain:
+            measure(dsn, args)
+        if args.prune:
+            prune(dsn, args.prune, args.prune_batch)
+
+    run(args, "views", lambda dsn: build(dsn, args.runs), views)
 
 
 if __name__ == "__main__":

@@ -150,6 +150,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--client", choices=("async", "sync"), default="async")
     parser.add_argument(
+        "--client-loop",
+        choices=("asyncio", "uvloop"),
+        default="asyncio",
+        help="the async client's event loop (the worker's is uvloop when installed, as `harvest worker`'s)",
+    )
+    parser.add_argument(
         "--wait",
         choices=("execute", "result"),
         default="execute",
@@ -173,7 +179,9 @@ def main() -> None:
         if args.client == "sync":
             result = measure_sync(args.dsn, args.rate, args.seconds, args.warmup, args.wait)
         else:
-            result = asyncio.run(measure(args.dsn, args.rate, args.seconds, args.warmup, args.wait))
+            loop = choose_event_loop(args.client_loop)
+            result = loop.run(measure(args.dsn, args.rate, args.seconds, args.warmup, args.wait))
+            result["client_loop"] = loop.name
     finally:
         child.stdin.close()
         worker_cpu = child.stdout.readline().split()

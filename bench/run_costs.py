@@ -8,10 +8,26 @@ code, a fresh clone, ``bench.sql_path`` (its ``bench/sql_path.sql``) for ``--war
 (and writes), PL/pgSQL calls by function, shared buffers hit and dirtied, WAL records, bytes
 and full-page images (``pg_walinspect`` over the window), heap rows inserted, updated (HOT or not) and deleted by
 table, and the WAL records by relation and record type (``pg_walinspect``: a B-tree
-``INSERT_LEAF`` is one index entry written). The SQL path, not the Python drain: the drain's
-counts move with its batch sizes, which move with the load.
+``INSERT_LEAF`` is one index entry written).
+
+``--drain`` counts the Python drain instead (``bench/harvest_bench.py --mode workflows``: 8
+starters and one in-process Worker, the side's own library), the tracking set on the database
+so every session of the drain has it. Its window is the whole drain, the worker's start and its
+stop included, so no run is half done in it; the worker's start-up is a fixed cost that ``--n``
+spreads. Besides the counts above it prints the top-level statements by kind (calls, rows a
+call, buffers, WAL, plans: ``track_planning`` is on, so a statement not prepared on its
+connection shows a plan a call), commits and rollbacks, sessions, and every nested statement's
+calls and buffers (``nested_statements``, to set against the SQL path's); ``harvest_bench.py``'s
+own polls and tallies are left out of the statements. The drain's counts move with its batch
+sizes, which move with the load: take them from a quiet machine, and compare two checkouts side
+by side.
 
     python bench/run_costs.py --checkout . --checkout /tmp/base --n 1000
+    python bench/run_costs.py --checkout . --checkout /tmp/base --n 4000 --drain --fixed 1000
+
+``--fixed N0`` (with ``--drain``) also drains N0 runs on another clone and prints the counts per
+run of the difference between the two drains (``marginal``): what a run costs once the drain is
+warm, and the start-up's fixed cost per drain.
 """
 
 from __future__ import annotations
@@ -28,7 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import psycopg
 from run import SERVER_SETTINGS
-from sql_path_ab import OPTIONS, fresh, migrate_templates, side_env
+from sql_path_ab import OPTIONS, bench_json, fresh, migrate_templates, side_env
 
 from harvest.db.embedded import EmbeddedPostgres
 
@@ -38,9 +54,49 @@ FROM pg_stat_user_tables WHERE schemaname = 'harvest'
 """
 FUNCTIONS = "SELECT funcname, calls FROM pg_stat_user_functions WHERE schemaname = 'harvest'"
 STATEMENTS = """
-SELECT toplevel, query, calls, shared_blks_hit, shared_blks_dirtied, wal_records, wal_bytes
+SELECT toplevel, query, calls, shared_blks_hit, shared_blks_dirtied, wal_records, wal_bytes, rows, plans
 FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 """
+DATABASE = """
+SELECT xact_commit, xact_rollback, sessions FROM pg_stat_database WHERE datname = current_database()
+"""
+# What harvest_bench.py itself asks while and after a drain (its poll, its tallies): not the
+# worker's or the client's.
+BENCH_OWN = (
+    "SELECT count(*) FROM harvest.executions",
+    "SELECT count(*) FROM harvest.events",
+    "SELECT created_at, completed_at, status",
+    "SELECT sessions FROM pg_stat_database",
+    "SELECT xact_commit",
+    "SELECT sum(xact_commit)",
+    "SELECT pg_stat_statements_reset",
+    "SELECT pg_stat_force_next_flush",
+    "SELECT pg_stat_clear_snapshot",
+    "SELECT pg_backend_pid",
+    "SELECT pid",
+    # run_costs.py's own snapshots
+    "SELECT funcname, calls FROM pg_stat_user_functions",
+    "SELECT relname, n_tup_ins",
+    "SELECT pg_current_wal_lsn()",
+    "SELECT pg_sleep(",
+)
+
+
+def kind(query: str) -> str:
+    """A top-level statement's kind: the Harvest function it calls, else its first words."""
+    text = " ".join(query.split())
+    for prefix in ("SELECT * FROM harvest.", "SELECT harvest.", "CALL harvest.", "select * from harvest."):
+        if text.startswith(prefix):
+            return "harvest." + text[len(prefix) :].split("(")[0]
+    if text.upper().startswith(("SET ", "RESET ", "SHOW ")):
+        return text.split(" = ")[0].split(" TO ")[0][:60]
+    if "set_config" in text:
+        return "set_config"
+    if "pg_notify" in text:
+        return "pg_notify"
+    return text[:60]
+
+
 # Each WAL block reference in the window, by relation and record type (a record that touches
 # two blocks of one index, a split, counts once per block).
 BLOCKS = """
@@ -59,6 +115,7 @@ def snapshot(conn: psycopg.Connection) -> dict:
         "tables": {r[0]: r[1:] for r in conn.execute(TABLES).fetchall()},
         "functions": dict(conn.execute(FUNCTIONS).fetchall()),
         "lsn": conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0],
+        "database": conn.execute(DATABASE).fetchone(),
     }
 
 
@@ -66,23 +123,37 @@ def per_run(value: float, n: int, digits: int = 2) -> float:
     return round(value / n, digits)
 
 
-def measure(dsn: str, root: Path, n: int, batch: int, warm: int, options: str) -> dict:
+def measure(dsn: str, root: Path, n: int, batch: int, warm: int, options: str, drain: bool) -> dict:
     procedure = (root / "bench" / "sql_path.sql").read_text()
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
         conn.execute(procedure)
-        if warm:
+        if warm and not drain:
             conn.execute("CALL bench.sql_path(%s, %s, 'warm', %s)", (warm, batch, options))
+        if drain:
+            # Every session of the drain (the worker's pools, the client's) tracks as the SQL
+            # path's one session does.
+            name = conn.execute("SELECT current_database()").fetchone()[0]
+            conn.execute(f"ALTER DATABASE \"{name}\" SET pg_stat_statements.track = 'all'")
+            conn.execute(f"ALTER DATABASE \"{name}\" SET track_functions = 'all'")
+            # (plans: a statement psycopg has prepared on its connection plans once, another each call)
+            conn.execute(f'ALTER DATABASE "{name}" SET pg_stat_statements.track_planning = on')
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SELECT pg_sleep(1.5)")  # the warm-up's backend's stats flushed at its exit
         conn.execute("CHECKPOINT")
         conn.execute("SELECT pg_stat_statements_reset()")
         before = snapshot(conn)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SET pg_stat_statements.track = 'all'")
-        conn.execute("SET track_functions = 'all'")
-        conn.execute("CALL bench.sql_path(%s, %s, 'run', %s)", (n, batch, options))
+    extra: dict = {}
+    if drain:
+        out = bench_json(root, "harvest_bench.py", "--dsn", dsn, "--mode", "workflows", "--n", f"{n}")
+        extra = {"throughput": out["throughput"], "steps": out["steps"]}
+    else:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SET pg_stat_statements.track = 'all'")
+            conn.execute("SET track_functions = 'all'")
+            conn.execute("SET pg_stat_statements.track_planning = on")
+            conn.execute("CALL bench.sql_path(%s, %s, 'run', %s)", (n, batch, options))
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SELECT pg_sleep(1.5)")  # the measured backends' stats flushed at their exit
         after = snapshot(conn)
@@ -116,8 +187,15 @@ def measure(dsn: str, root: Path, n: int, batch: int, warm: int, options: str) -
         if calls - before["functions"].get(name, 0)
     }
     wal = wal_total
+    statements = [r for r in statements if not (r[0] and " ".join(r[1].split()).startswith(BENCH_OWN))]
     nested = [r for r in statements if not r[0]]
     top = [r for r in statements if r[0]]
+    by_kind: dict[str, list[float]] = defaultdict(lambda: [0.0] * 7)
+    for r in top:
+        row = by_kind[kind(r[1])]
+        for i, value in enumerate((r[2], r[7], r[3], r[4], r[5], r[6], r[8])):
+            row[i] += float(value)
+    database = [a - b for a, b in zip(after["database"], before["database"], strict=True)]
     by_relation: dict[str, dict[str, float]] = defaultdict(dict)
     index_entries: dict[str, float] = {}
     bytes_by_relation: dict[str, float] = defaultdict(float)
@@ -132,6 +210,23 @@ def measure(dsn: str, root: Path, n: int, batch: int, warm: int, options: str) -
             index_entries[rel] = index_entries.get(rel, 0) + per_run(records, n)
     dearest = sorted(nested, key=lambda r: -(r[3] + r[4] * 10))[:15]
     return {
+        **extra,
+        "commits": per_run(database[0], n, 3),
+        "rollbacks": per_run(database[1], n, 3),
+        "sessions": database[2],
+        "top_level": per_run(sum(r[2] for r in top), n, 3),
+        "top_level_by_kind": {
+            k: {
+                "calls": per_run(v[0], n, 4),
+                "rows_a_call": round(v[1] / v[0], 2) if v[0] else 0,
+                "hit": per_run(v[2], n, 1),
+                "dirtied": per_run(v[3], n, 3),
+                "wal_records": per_run(v[4], n, 2),
+                "wal_bytes": per_run(v[5], n, 0),
+                "plans": per_run(v[6], n, 4),
+            }
+            for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1][0])
+        },
         "statements": per_run(sum(r[2] for r in nested), n),
         "writes": per_run(
             sum(r[2] for r in nested if r[1].lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE"))), n
@@ -153,6 +248,11 @@ def measure(dsn: str, root: Path, n: int, batch: int, warm: int, options: str) -
         "wal_by_resource_manager": {
             f"{r[0]}": [per_run(float(r[1]), n), per_run(float(r[2]), n, 0)] for r in wal_stats
         },
+        # Every nested statement's calls and buffers hit per run, to set a drain against the SQL path.
+        "nested_statements": {
+            " ".join(r[1].split())[:120]: [per_run(r[2], n, 3), per_run(r[3], n, 1)]
+            for r in sorted(nested, key=lambda r: -r[2])
+        },
         "dearest_statements": [
             {
                 "query": " ".join(r[1].split())[:140],
@@ -166,12 +266,49 @@ def measure(dsn: str, root: Path, n: int, batch: int, warm: int, options: str) -
     }
 
 
+# The drain's counts that --fixed sets against a smaller drain's.
+MARGINAL = (
+    "commits",
+    "top_level",
+    "statements",
+    "writes",
+    "function_calls",
+    "shared_hit",
+    "shared_dirtied",
+    "wal_records",
+    "wal_bytes",
+    "index_entries",
+)
+
+
+def marginal(big: dict, n: int, small: dict, n_small: int) -> dict:
+    """Per run of the difference between a drain of ``n`` runs and one of ``n_small``: the
+    counts without the drain's start-up and stop (the worker's and pools' sessions warming,
+    the housekeeping's first calls), and those fixed costs per drain."""
+    out: dict = {"per_run": {}, "fixed": {}, "top_level_calls_per_run": {}}
+    for key in MARGINAL:
+        per = (big[key] * n - small[key] * n_small) / (n - n_small)
+        out["per_run"][key] = round(per, 3)
+        out["fixed"][key] = round(small[key] * n_small - per * n_small, 1)
+    for key, row in big["top_level_by_kind"].items():
+        other = small["top_level_by_kind"].get(key, {"calls": 0})["calls"]
+        out["top_level_calls_per_run"][key] = round((row["calls"] * n - other * n_small) / (n - n_small), 4)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--checkout", action="append", type=Path, help="a Harvest checkout (repeatable)")
     parser.add_argument("--n", type=int, default=1000)
     parser.add_argument("--batch", type=int, default=50)
     parser.add_argument("--warm", type=int, default=200)
+    parser.add_argument("--drain", action="store_true", help="the Python drain instead of the SQL path")
+    parser.add_argument(
+        "--fixed",
+        type=int,
+        default=0,
+        help="with --drain: also a drain of this many runs, and the counts per run of the difference (no start-up in them)",
+    )
     args = parser.parse_args()
     roots = [c.resolve() for c in (args.checkout or [Path(".")])]
     options = subprocess.run(
@@ -187,8 +324,13 @@ def main() -> None:
         migrate_templates(admin, server, sides)
         for key, root in sides.items():
             dsn = fresh(admin, server, f"run_{key}", f"tmpl_{key}")
-            results[str(root)] = measure(dsn, root, args.n, args.batch, args.warm, options)
+            results[str(root)] = measure(dsn, root, args.n, args.batch, args.warm, options, args.drain)
             admin.execute(f'DROP DATABASE "run_{key}"')
+            if args.drain and args.fixed:
+                dsn = fresh(admin, server, f"run_{key}", f"tmpl_{key}")
+                small = measure(dsn, root, args.fixed, args.batch, args.warm, options, True)
+                admin.execute(f'DROP DATABASE "run_{key}"')
+                results[str(root)]["marginal"] = marginal(results[str(root)], args.n, small, args.fixed)
     print(json.dumps(results, default=float))
 
 

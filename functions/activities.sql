@@ -3,7 +3,8 @@
 
 -- The retry decision for one failed attempt of a locked activity task.
 -- Resolution order for "do not retry": the failure's own non_retryable flag, then
--- retry.non_retryable_errors against error_type, then against the full message.
+-- retry.non_retryable_errors against error_type, then against the full message. The wait before
+-- the retry is the failure's next_retry_delay (seconds) when it has one, else the backoff.
 -- Returns 'retry_scheduled', 'dead_lettered' or 'failed'.
 CREATE OR REPLACE FUNCTION harvest._fail_activity_attempt(
     p_execution harvest.executions, p_task harvest.tasks, p_failure jsonb, p_allow_retry boolean DEFAULT true
@@ -36,11 +37,15 @@ BEGIN
         OR v_listed ? v_error_type
         OR v_listed ? v_message
         OR v_listed ? (v_error_type || ': ' || v_message);
-    -- initial * backoff^(attempt-1), capped by max_interval, taken in log space with the
+    -- The failure's own next_retry_delay (an activity that read a 429's Retry-After) replaces the
+    -- backoff, max_interval included; attempts and schedule_to_close still bound the retry.
+    -- Else initial * backoff^(attempt-1), capped by max_interval, taken in log space with the
     -- exponent bounded: power(2, 1024) overflows a double, and a policy with max_attempts 0
     -- (unbounded) or a large count reaches such attempts.
-    v_delay := least(v_initial * exp(least(ln(greatest(v_backoff, 1e-9)) * greatest(v_budget_attempt - 1, 0), 600)),
-                     v_max_interval);
+    v_delay := coalesce(
+        harvest._json_number(p_failure -> 'next_retry_delay', 'failure.next_retry_delay'),
+        least(v_initial * exp(least(ln(greatest(v_backoff, 1e-9)) * greatest(v_budget_attempt - 1, 0), 600)),
+              v_max_interval));
     v_next := v_now + make_interval(secs => v_delay);
 
     IF v_error_type = 'ActivityNotRegistered' AND p_task.lease_owner IS NOT NULL THEN
@@ -781,8 +786,8 @@ COMMENT ON FUNCTION harvest.complete_activities IS
 'on its own (outcome completed, too_large, too_deep or the lock problem), in one transaction. Called by the Python worker '
 '(role harvest_worker).';
 COMMENT ON FUNCTION harvest.fail_activity IS
-'Fail one attempt of a claimed activity task: retried after its backoff, dead-lettered or failed for good per its'
-' retry policy; returns retry_scheduled, dead_lettered or failed. Called by workers (role harvest_worker); a '
+'Fail one attempt of a claimed activity task: retried after its backoff (or the failure''s next_retry_delay, in'
+' seconds), dead-lettered or failed for good per its retry policy; returns retry_scheduled, dead_lettered or failed. Called by workers (role harvest_worker); a '
 'stale token raises HR004.';
 COMMENT ON FUNCTION harvest.heartbeat_activity IS
 'Extend a running activity''s lease (never past start_to_close) and keep its details for the next attempt; '

@@ -60,7 +60,7 @@ CREATE OR REPLACE FUNCTION harvest.functions_version()
 RETURNS text
 LANGUAGE sql IMMUTABLE
 AS $$
-    SELECT '0138'::text;
+    SELECT '0141'::text;
 $$;
 
 -- The Harvest releases (package versions) that applied the database's function files, in text

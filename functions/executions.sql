@@ -1181,13 +1181,15 @@ CREATE OR REPLACE FUNCTION harvest._act_on_workflows(
     p_created_after timestamptz, p_created_before timestamptz, p_filter text, p_reason text,
     p_signal_name text, p_payload jsonb, p_cursor text, p_limit integer, p_dry_run boolean,
     p_operator_id text, p_batch_id text, p_execution_ids uuid[], p_workflow_id text DEFAULT NULL,
-    p_failing boolean DEFAULT NULL
+    p_failing boolean DEFAULT NULL, p_reset_to text DEFAULT NULL, p_signal_reapply text DEFAULT NULL,
+    p_before timestamptz DEFAULT NULL
 )
 RETURNS jsonb
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_dry boolean := coalesce(p_dry_run, false);
+    v_point bigint;
     v_statuses text[] := ARRAY['RUNNING', 'PAUSED'];
     v_where text[];
     v_filter record;
@@ -1224,6 +1226,26 @@ BEGIN
         PERFORM harvest._check_sent(format('the payload of signal %s', p_signal_name), p_payload,
                                        harvest._payload_limit());
     END IF;
+    IF p_action = 'reset' THEN
+        IF p_reset_to IS NULL OR p_reset_to NOT IN ('before_time', 'first_workflow_task') THEN
+            RAISE EXCEPTION 'unknown reset point "%"', p_reset_to USING ERRCODE = 'HR001',
+                HINT = 'use before_time (the last completed workflow task written before p_before: the bad '
+                       'deploy''s time) or first_workflow_task (the run from its start)';
+        END IF;
+        IF p_reset_to = 'before_time' AND p_before IS NULL AND NOT v_dry THEN  -- (a dry run only counts)
+            RAISE EXCEPTION 'the reset point before_time needs a time (p_before)' USING ERRCODE = 'HR001',
+                HINT = 'give the bad deploy''s time, e.g. --before 2026-05-03T14:00:00Z, or use first_workflow_task';
+        END IF;
+        IF p_reset_to = 'first_workflow_task' AND p_before IS NOT NULL THEN
+            RAISE EXCEPTION 'a time (p_before) is only for the reset point before_time' USING ERRCODE = 'HR001',
+                HINT = 'leave the time out, or use before_time';
+        END IF;
+        PERFORM harvest._check_signal_reapply(p_signal_reapply);
+        IF NOT v_dry AND (p_reason IS NULL OR btrim(p_reason) = '') THEN
+            RAISE EXCEPTION 'a reset needs a reason' USING ERRCODE = 'HR001',
+                HINT = 'say why, e.g. --reason "recover from bad deploy 2026-05-03"';
+        END IF;
+    END IF;
     -- The reason is written into each run's history: bounded, or one step wrote up to 1000
     -- copies of whatever came (an API body's 64 MiB each). (A batch by filter or by ids.)
     IF NOT v_dry THEN
@@ -1242,14 +1264,21 @@ BEGIN
         END IF;
         -- (A pause selects the RUNNING runs and a resume the PAUSED ones unless p_status says otherwise:
         -- the others would only count unchanged.)
+        -- (A reset selects the RUNNING runs, the only ones a reset takes (reset.sql: a paused run is
+        -- resumed first, a terminal one refused).)
         IF p_action = 'pause' THEN
             v_statuses := ARRAY['RUNNING'];
         ELSIF p_action = 'resume' THEN
             v_statuses := ARRAY['PAUSED'];
+        ELSIF p_action = 'reset' THEN
+            v_statuses := ARRAY['RUNNING'];
         END IF;
         IF p_status IS NOT NULL THEN
             v_statuses := string_to_array(upper(replace(p_status, ' ', '')), ',');
-            IF NOT v_statuses <@ ARRAY['RUNNING', 'PAUSED'] OR cardinality(v_statuses) = 0 THEN
+            IF p_action = 'reset' AND (NOT v_statuses <@ ARRAY['RUNNING'] OR cardinality(v_statuses) = 0) THEN
+                RAISE EXCEPTION 'cannot reset runs in state "%": only running runs can be', p_status
+                    USING ERRCODE = 'HR001', HINT = 'give RUNNING (the default); resume paused runs first';
+            ELSIF p_action <> 'reset' AND (NOT v_statuses <@ ARRAY['RUNNING', 'PAUSED'] OR cardinality(v_statuses) = 0) THEN
                 RAISE EXCEPTION 'cannot % runs in state "%": only live runs can be', p_action, p_status
                     USING ERRCODE = 'HR001', HINT = 'give RUNNING, PAUSED or both (the default)';
             END IF;
@@ -1267,7 +1296,9 @@ BEGIN
                      -- or p_failing goes on. A '[]' appended, as it was, changed every scope.)
                      || CASE WHEN p_workflow_id IS NOT NULL THEN jsonb_build_array(p_workflow_id)::text ELSE '' END
                      || CASE WHEN p_failing IS NOT NULL
-                             THEN jsonb_build_array(jsonb_build_object('failing', p_failing))::text ELSE '' END);
+                             THEN jsonb_build_array(jsonb_build_object('failing', p_failing))::text ELSE '' END
+                     || CASE WHEN p_action = 'reset'
+                             THEN jsonb_build_array(p_reset_to, p_signal_reapply, p_before)::text ELSE '' END);
         IF p_cursor IS NOT NULL AND p_cursor <> '' THEN
             SELECT * INTO v_cursor FROM harvest._decode_cursor(p_cursor);  -- (HR001: not a cursor)
             IF v_cursor.scope IS DISTINCT FROM v_scope THEN
@@ -1342,6 +1373,10 @@ BEGIN
         -- as failed at once instead, and the batch run again takes it.
         FOR v_attempt IN 1..3 LOOP
             BEGIN
+                IF p_action = 'reset' THEN  -- (the key's start lock before the run's row, as reset_workflow)
+                    PERFORM harvest._lock_start_key(e.workflow_name, e.workflow_id)
+                    FROM harvest.executions AS e WHERE e.id = v_row.id;
+                END IF;
                 v_execution := harvest._lock_execution(v_row.id);
                 IF p_execution_ids IS NULL AND v_execution.status IN ('MIGRATED', 'MIGRATING') THEN
                     v_moved := v_moved || v_row.id;  -- sealed since the scan
@@ -1360,6 +1395,21 @@ BEGIN
                     ELSIF p_action = 'terminate' THEN
                         PERFORM harvest._terminate_execution(v_row.id, p_reason);
                         v_acted := v_acted || v_row.id;
+                    ELSIF p_action = 'reset' THEN
+                        IF EXISTS (SELECT 1 FROM harvest.events AS ev
+                                   WHERE ev.execution_id = v_row.id AND ev.event_type = 'WorkflowResetFork'
+                                     AND ev.event_data ->> 'batch_id' = v_batch) THEN
+                            v_unchanged := v_unchanged + 1;  -- a fork this batch made: not reset again
+                        ELSE
+                            v_point := harvest._reset_point(v_execution, p_reset_to, p_before);
+                            IF v_point IS NULL THEN
+                                RAISE EXCEPTION 'run % has no valid reset point (%)', v_row.id, p_reset_to
+                                    USING ERRCODE = 'HR001';
+                            END IF;
+                            PERFORM harvest._reset_execution(v_row.id, v_point, p_reason, p_operator_id,
+                                                             p_signal_reapply, false, v_batch);
+                            v_acted := v_acted || v_row.id;
+                        END IF;
                     ELSIF p_action IN ('pause', 'resume') THEN  -- (lifecycle.sql: false when so already)
                         v_changed := CASE p_action WHEN 'pause' THEN harvest._pause_execution(v_execution, p_reason, p_operator_id)
                                      ELSE harvest._resume_execution(v_execution, p_reason, p_operator_id) END;
@@ -1412,7 +1462,9 @@ BEGIN
             'batch_id', v_batch, 'status', p_status, 'workflow_name', p_workflow_name, 'workflow_id', p_workflow_id,
             'search_attributes', to_jsonb(p_search_attributes), 'created_after', p_created_after,
             'created_before', p_created_before, 'filter', p_filter, 'failing', p_failing, 'reason', p_reason,
-            'signal_name', p_signal_name, 'as_of', v_as_of, 'limit', p_limit,
+            'signal_name', p_signal_name, 'reset_to', p_reset_to, 'signal_reapply', p_signal_reapply,
+            'before', p_before,
+            'as_of', v_as_of, 'limit', p_limit,
             'scanned', least(v_rows, p_limit), 'acted', cardinality(v_acted), 'already_ended', v_ended,
             'unchanged', v_unchanged, 'moved', cardinality(v_moved), 'failed', jsonb_array_length(v_failures),
             'execution_ids', to_jsonb(v_acted))));
@@ -1520,6 +1572,32 @@ BEGIN
 END;
 $$;
 
+-- Reset the runs a filter selects (docs/operations.md, "Resetting many runs"): the RUNNING runs
+-- (the only ones a reset takes: reset.sql), each to the point p_reset_to names in its own history
+-- (reset.sql, _reset_point: before_time, the last valid boundary written before p_before, the bad
+-- deploy's time; first_workflow_task) as reset_workflow does it, signals after the point dropped
+-- or carried (p_signal_reapply). A run is reset once per batch: a fork this batch made counts
+-- unchanged; a run with no valid point, a child, a continue-as-new successor counts in failures.
+-- Audited per step (workflow.bulk_reset) and per run (workflow.reset, with the batch id).
+CREATE OR REPLACE FUNCTION harvest.reset_workflows(
+    p_reset_to text DEFAULT 'before_time', p_before timestamptz DEFAULT NULL, p_signal_reapply text DEFAULT 'drop',
+    p_status text DEFAULT NULL, p_workflow_name text DEFAULT NULL, p_search_attributes text[] DEFAULT NULL,
+    p_created_after timestamptz DEFAULT NULL, p_created_before timestamptz DEFAULT NULL,
+    p_filter text DEFAULT NULL, p_reason text DEFAULT NULL, p_cursor text DEFAULT NULL,
+    p_limit integer DEFAULT 50, p_dry_run boolean DEFAULT false, p_operator_id text DEFAULT NULL,
+    p_batch_id text DEFAULT NULL, p_execution_ids uuid[] DEFAULT NULL, p_workflow_id text DEFAULT NULL,
+    p_failing boolean DEFAULT NULL
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    RETURN harvest._act_on_workflows('reset', p_status, p_workflow_name, p_search_attributes, p_created_after,
+        p_created_before, p_filter, p_reason, NULL, NULL, p_cursor, p_limit, p_dry_run, p_operator_id,
+        p_batch_id, p_execution_ids, p_workflow_id, p_failing, p_reset_to, p_signal_reapply, p_before);
+END;
+$$;
+
 -- What a run is waiting on now: open activities (pending, running or parked as
 -- dead letters) with their attempt, timers with their fire time, the signals its
 -- ctx.wait_for_signal calls wait for (awaited_signals: list_awaited_signals), signals
@@ -1530,6 +1608,13 @@ $$;
 -- (the first by seq, by fire time), with each list's total in totals; NULL, every entry (a
 -- fan-out of 20,000 activities is 20,000 entries: the dashboard and the HTTP route bound it,
 -- migration 0097).
+-- An activity's progress: when it last heartbeat (heartbeat_at) and the details it sent then
+-- (ctx.heartbeat(details): what its next attempt resumes from, kept as stored: encoded,
+-- offloaded), with their size (heartbeat_details_bytes: of the JSON text, or of an offloaded
+-- payload as its reference records it). Details over STACK_HEARTBEAT_BYTES (4096) are not
+-- shown whole: their first 200 characters and their size, as a string, and
+-- heartbeat_details_clipped true; 20,000 activities of 1 MB each were not to be one answer.
+-- The details are a payload: the HTTP API and the dashboard redact them for who sees none.
 CREATE OR REPLACE FUNCTION harvest.get_execution_stack(p_execution_id uuid, p_limit integer DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
@@ -1573,17 +1658,34 @@ BEGIN
             WHERE ev.execution_id = p_execution_id AND ev.event_type = 'WorkflowPaused'
             ORDER BY ev.event_id DESC LIMIT 1) END,
         'pending_activities', coalesce((
-            SELECT jsonb_agg(a ORDER BY a.seq) FROM (
+            -- (the details measured and clipped after the page is cut: a fan-out's 20,000
+            -- activities are sorted with their details unread. Measured in the sort, a page of
+            -- 100 of 20,000 activities with 13 KB details each took 1.0 to 1.6 s; after it, 14
+            -- to 30 ms, as the stack took without them: 6 A/B pairs, load 4, two shared cores)
+            SELECT jsonb_agg(to_jsonb(a) || jsonb_build_object(
+                       'heartbeat_details',
+                       CASE WHEN hb.bytes > 4096  -- STACK_HEARTBEAT_BYTES (above)
+                            THEN to_jsonb(left(a.heartbeat_details::text, 200) || '... (' || hb.bytes || ' bytes)')
+                            ELSE a.heartbeat_details END,
+                       'heartbeat_details_bytes', hb.bytes,
+                       'heartbeat_details_clipped', hb.bytes > 4096) ORDER BY a.seq)
+            FROM (
                 (SELECT t.seq, t.activity_name AS name, t.queue, t.status, t.attempt, t.due_at, t.started_at,
                         t.lease_owner, t.lease_expires_at, t.last_failure, t.id AS task_id,
-                        NULL::bigint AS dead_letter_id
+                        NULL::bigint AS dead_letter_id, t.heartbeat_at, t.heartbeat_details
                  FROM harvest.tasks AS t WHERE t.execution_id = p_execution_id AND t.kind = 'activity'
                  UNION ALL
                  SELECT d.seq, d.activity_name, d.queue, 'dead_lettered', d.attempts, NULL, NULL, NULL, NULL,
-                        d.failure, NULL, d.id
+                        d.failure, NULL, d.id, NULL, NULL
                  FROM harvest.dead_letters AS d WHERE d.execution_id = p_execution_id AND d.kind = 'activity')
                 ORDER BY 1 LIMIT p_limit
-            ) AS a), '[]'::jsonb),
+            ) AS a
+            CROSS JOIN LATERAL (
+                SELECT CASE WHEN jsonb_typeof(a.heartbeat_details -> 'bytes') = 'number'
+                                 AND a.heartbeat_details ? '_harvest_ref'
+                            THEN least((a.heartbeat_details ->> 'bytes')::numeric, 9e18)::bigint
+                            ELSE octet_length(a.heartbeat_details::text) END AS bytes
+            ) AS hb), '[]'::jsonb),
         -- The run's own dead letter (kind 'workflow': its workflow task was dead-lettered), its
         -- id and its failure's type and message; NULL when it has none. (An activity's is in
         -- pending_activities, which a workflow-kind one, with no seq, joined nameless and last.)
@@ -1906,6 +2008,9 @@ $$;
 -- which a reset's fork copies from its source): the runs that may replay the DEFAULT_VERSION branch
 -- of a gate deployed then (those that passed its position before, and those that have not reached
 -- it yet, which record the new version when they do). Active runs only; p_version NULL or -1.
+-- Every read of the markers goes down events_version_markers (change id, run; migration 0139):
+-- the terminal and all counts read every event kept, and the runs with no marker were found by
+-- a scan of every event (6 s and 4.4 s over 20M events, docs/performance.md).
 CREATE OR REPLACE FUNCTION harvest.count_versions(
     p_change_id text, p_version integer DEFAULT NULL, p_state_group text DEFAULT 'active',
     p_workflow_name text DEFAULT NULL, p_history_before timestamptz DEFAULT NULL
@@ -1930,8 +2035,9 @@ BEGIN
             USING ERRCODE = 'HR001', HINT = 'use state_group active with history_before';
     END IF;
     IF p_history_before IS NOT NULL AND (p_version IS NULL OR p_version = -1) THEN
-        -- The live runs by their status, each one's first event and its markers of the change
-        -- by the events primary key (as the active count below reads them).
+        -- The live runs by their status, each one's first event by the events primary key and
+        -- its markers of the change down events_version_markers (as the active count below reads
+        -- them).
         RETURN QUERY
         SELECT -1, 'active'::text, count(*), (array_agg(e.id ORDER BY e.id))[1:5]
         FROM harvest.executions AS e
@@ -1950,8 +2056,8 @@ BEGIN
     END IF;
     IF p_state_group = 'active' THEN
         -- The default (harvest workflow versions): the live runs, found by their status, and
-        -- their markers by the events primary key. Read from the events, it scanned every event
-        -- of every run ever kept (1.9 s over 8M events, 0114); terminal and all still do. (OFFSET 0
+        -- each one's markers of the change down events_version_markers. Read from the events, it
+        -- scanned every event of every run ever kept (1.9 s over 8M events, 0114). (OFFSET 0
         -- keeps the lateral read a run's own: joined, the planner read the events first, as few
         -- markers are among them.)
         RETURN QUERY
@@ -2026,6 +2132,10 @@ COMMENT ON FUNCTION harvest.pause_workflows IS
 'Pause the RUNNING runs a filter selects (p_status may widen it to PAUSED ones, counted unchanged), each as '
 'pause_workflow does, as cancel_workflows takes and answers them (a bounded step a call, next_cursor, already_ended, '
 'moved, HR001 for an empty filter, p_dry_run, one audit row a call). For operators (role harvest_operator).';
+COMMENT ON FUNCTION harvest.reset_workflows IS
+'Reset the RUNNING runs a filter selects, each to the point p_reset_to names in its own history (before_time: the '
+'last valid boundary written before p_before, the bad deploy''s time; first_workflow_task), a bounded step a call, '
+'continued by next_cursor; a run is reset once per batch; audited, p_dry_run counts. For admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.resume_workflows IS
 'Resume the PAUSED runs a filter selects (a RUNNING one counted unchanged), each as resume_workflow does, as '
 'cancel_workflows takes and answers them. For operators (role harvest_operator).';
@@ -2047,7 +2157,8 @@ COMMENT ON FUNCTION harvest.count_executions IS
 'workflow_name, all); p_limit counts at most that many runs a status (capped: at least that many; status grouping '
 'only); a bad filter, group or limit raises HR001. For operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.get_execution_stack IS
-'What a run is waiting on now: open activities, timers, the signals it waits for, unread signals, running children, '
+'What a run is waiting on now: open activities (each with its last heartbeat''s time and details, over 4096 bytes '
+'clipped), timers, the signals it waits for, unread signals, running children, '
 'the mutex keys it holds or waits for (at most p_limit of each, '
 '1..10000, with each list''s total in totals; NULL: every entry), the workflow task, the '
 'last event id and, while PAUSED, since when and why; HR002 when it does not exist. For operators (role '

@@ -162,14 +162,23 @@ $$;
 -- The run-less offloaded rows p_input references that the caller's login stored: what a
 -- deferred start's release may hand its run (_start_gate, _release_pending_start). A reference
 -- is JSON any starter writes; a row another login stored is not this start's to hand.
+-- Each is locked FOR KEY SHARE, in id order, until the start commits: a discard of another
+-- held-back start that owns the row too (_discard_pending_start, FOR UPDATE first) waits for this
+-- start and then sees its pending row, so it keeps the row; one that locked first erases it,
+-- and this start reads it gone. Unlocked, a discard erased a row this start had just recorded
+-- (its NOT EXISTS did not see the uncommitted pending row).
 CREATE OR REPLACE FUNCTION harvest._own_run_less_payloads(p_input jsonb)
 RETURNS uuid[]
-LANGUAGE sql STABLE
+LANGUAGE sql
 AS $$
-    SELECT coalesce(array_agg(p.id ORDER BY p.id), '{}')
-    FROM harvest.payloads AS p
-    WHERE p.id IN (SELECT harvest._payload_refs(p_input)) AND p.execution_id IS NULL
-        AND p.login = session_user;
+    SELECT coalesce(array_agg(l.id ORDER BY l.id), '{}')
+    FROM (
+        SELECT p.id FROM harvest.payloads AS p
+        WHERE p.id IN (SELECT harvest._payload_refs(p_input)) AND p.execution_id IS NULL
+            AND p.login = session_user
+        ORDER BY p.id
+        FOR KEY SHARE OF p
+    ) AS l;
 $$;
 
 -- The admission of a gated start. action: 'start' (go ahead now, with workflow_id), 'deferred'
@@ -464,20 +473,60 @@ BEGIN
 END;
 $$;
 
--- Deferred starts, for operators: one row per pending start (throttle) or
--- collapsed burst (debounce, batch). id is what discard_pending_start takes.
-CREATE OR REPLACE FUNCTION harvest.list_pending_starts(p_workflow_name text DEFAULT NULL)
+-- Deferred starts, for operators: one row per pending start (throttle) or collapsed burst
+-- (debounce, batch), oldest first (created_at, id), at most p_limit (1..10000) after the position
+-- (p_after_created_at, p_after_id: the last row of the previous page, both or neither; keyset
+-- paging down pending_starts_listed, or pending_starts_workflow_listed for one workflow). id is
+-- what discard_pending_start takes; input_bytes the size of its input's JSON, offloaded_bytes
+-- that of the offloaded rows its input references (never the input itself). p_id, p_workflow_id:
+-- only that start, only that workflow id's. Dynamic SQL: every call is planned for the filters
+-- it has (a generic plan of "p_x IS NULL OR ..." reads the whole table); the offloaded rows by
+-- their key (= ANY of an array: "IN (SELECT _payload_refs(...))" hash-joined every payload row).
+CREATE OR REPLACE FUNCTION harvest.list_pending_starts(
+    p_workflow_name text DEFAULT NULL,
+    p_kind text DEFAULT NULL,
+    p_limit integer DEFAULT 100,
+    p_after_created_at timestamptz DEFAULT NULL,
+    p_after_id bigint DEFAULT NULL,
+    p_id bigint DEFAULT NULL,
+    p_workflow_id text DEFAULT NULL
+)
 RETURNS TABLE (
     id bigint, kind text, workflow_name text, gate_key text, workflow_id text, starts integer,
-    created_at timestamptz, release_at timestamptz, attempts integer, last_error text
+    created_at timestamptz, release_at timestamptz, attempts integer, last_error text,
+    input_bytes integer, offloaded_bytes bigint
 )
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 AS $$
-    SELECT p.id, p.kind, p.workflow_name, p.gate_key, p.workflow_id, p.starts, p.created_at, p.release_at,
-           p.attempts, p.last_error
-    FROM harvest.pending_starts AS p
-    WHERE p_workflow_name IS NULL OR p.workflow_name = p_workflow_name
-    ORDER BY p.workflow_name, p.kind, p.gate_key, p.id;
+DECLARE
+    v_kind text := lower(p_kind);
+BEGIN
+    PERFORM harvest._check_limit('list_pending_starts', p_limit, 10000);
+    IF v_kind IS NOT NULL AND v_kind NOT IN ('throttle', 'debounce', 'batch') THEN
+        RAISE EXCEPTION 'unknown pending start kind "%"', p_kind USING ERRCODE = 'HR001',
+            HINT = 'use throttle, debounce or batch';
+    END IF;
+    IF (p_after_created_at IS NULL) <> (p_after_id IS NULL) THEN
+        RAISE EXCEPTION 'a position needs both p_after_created_at and p_after_id' USING ERRCODE = 'HR001',
+            HINT = 'pass the created_at and id of the last row of the previous page, or neither for the first';
+    END IF;
+    RETURN QUERY EXECUTE format($q$
+        SELECT p.id, p.kind, p.workflow_name, p.gate_key, p.workflow_id, p.starts, p.created_at, p.release_at,
+               p.attempts, p.last_error, octet_length(p.input::text),
+               (SELECT coalesce(sum(o.bytes), 0)::bigint FROM harvest.payloads AS o
+                WHERE o.id = ANY(ARRAY(SELECT harvest._payload_refs(p.input))))
+        FROM harvest.pending_starts AS p
+        WHERE (p.created_at, p.id) > ($4, $5) %s%s%s%s
+        ORDER BY p.created_at, p.id
+        LIMIT $3
+    $q$,
+        CASE WHEN p_workflow_name IS NOT NULL THEN ' AND p.workflow_name = $1' ELSE '' END,
+        CASE WHEN v_kind IS NOT NULL THEN ' AND p.kind = $2' ELSE '' END,
+        CASE WHEN p_id IS NOT NULL THEN ' AND p.id = $6' ELSE '' END,
+        CASE WHEN p_workflow_id IS NOT NULL THEN ' AND p.workflow_id = $7' ELSE '' END)
+    USING p_workflow_name, v_kind, p_limit, coalesce(p_after_created_at, '-infinity'::timestamptz),
+          coalesce(p_after_id, 0), p_id, p_workflow_id;
+END;
 $$;
 
 -- Discarding a held-back start (an operator's: a start sent by mistake, a customer's erasure
@@ -501,6 +550,15 @@ DECLARE
     v_erased integer;
 BEGIN
     DELETE FROM harvest.pending_starts AS p WHERE p.id = p_row.id;
+    -- The rows first, in id order (as an admission takes them, _own_run_less_payloads), then
+    -- the references read in a statement of their own: its snapshot sees the held-back start of
+    -- any admission this lock waited for.
+    PERFORM 1 FROM (
+        SELECT p.id FROM harvest.payloads AS p
+        WHERE p.execution_id IS NULL AND p.id IN (SELECT harvest._pending_start_payloads(p_row, true))
+        ORDER BY p.id
+        FOR UPDATE OF p
+    ) AS l;
     WITH gone AS (
         DELETE FROM harvest.payloads AS p
         WHERE p.execution_id IS NULL AND p.id IN (SELECT harvest._pending_start_payloads(p_row, true))
@@ -632,9 +690,23 @@ BEGIN
     LOOP
         PERFORM pg_advisory_xact_lock(harvest._start_gate_lock(v_gate.workflow_name, v_gate.gate_key));
     END LOOP;
-    FOR v_row IN
-        SELECT * FROM harvest.pending_starts AS s WHERE s.id = ANY(v_ids) ORDER BY s.created_at, s.id FOR UPDATE
-    LOOP
+    PERFORM 1 FROM harvest.pending_starts AS s WHERE s.id = ANY(v_ids)
+    ORDER BY s.created_at, s.id FOR UPDATE OF s;
+    -- The offloaded rows of them all, in one id order, before the first is discarded (as a
+    -- discard by id and an admission take theirs: docs/internals.md, "Lock order", 1). Locked
+    -- start by start, this call held the higher row of one start while it waited for the lower
+    -- row of the next, and a discard of a start owning both (the lower first) waited for it: 40P01.
+    PERFORM 1 FROM (
+        SELECT p.id FROM harvest.payloads AS p
+        WHERE p.execution_id IS NULL
+          AND p.id IN (SELECT harvest._pending_start_payloads(s, true) FROM harvest.pending_starts AS s
+                       WHERE s.id = ANY(v_ids))
+        ORDER BY p.id
+        FOR UPDATE OF p
+    ) AS l;
+    -- (the rows locked above, read again as they now are; an array of the row type would do
+    -- the same, but the SQL files' parse check cannot resolve a table's row type in an array)
+    FOR v_row IN SELECT * FROM harvest.pending_starts AS s WHERE s.id = ANY(v_ids) ORDER BY s.created_at, s.id LOOP
         v_erased := v_erased + harvest._discard_pending_start(v_row);
         v_done := v_done || v_row.id;
     END LOOP;
@@ -775,7 +847,9 @@ COMMENT ON FUNCTION harvest.release_pending_starts IS
 'harvest_worker).';
 COMMENT ON FUNCTION harvest.list_pending_starts IS
 'Deferred starts, one row per pending throttled start or collapsed debounce or batch burst, with the id '
-'discard_pending_start takes. For operators (role harvest_reader).';
+'discard_pending_start takes and the input''s size (input_bytes inline, offloaded_bytes referenced), oldest first, '
+'at most p_limit (1..10000) after p_after_created_at and p_after_id (keyset paging). For operators (role '
+'harvest_reader).';
 COMMENT ON FUNCTION harvest.discard_pending_start IS
 'Discard one start held back by a throttle, debounce or batch, by id, under its gate''s lock (a release racing it '
 'wins or loses whole), with the run-less offloaded rows it owns; audited; HR002 when released or discarded already. '

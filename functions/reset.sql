@@ -9,8 +9,11 @@
 -- the run holds or awaits no durable mutex there (the fork could not take the key
 -- over safely: its history would hold it while the source's close hands it on),
 -- and it does not cut a workflow
--- task's command group in half. Terminal runs, child runs and continue-as-new
--- successors are refused. dry_run reports the plan and writes nothing.
+-- task's command group in half. Terminal runs (a FAILED one too: the spec's "Terminal
+-- workflows ... are rejected"; an activity's failure is recovered by its dead letter, before
+-- the run fails), child runs and continue-as-new successors are refused. dry_run reports the
+-- plan and writes nothing. reset_workflows resets the running runs a filter selects, each to a
+-- point named for them all (_reset_point).
 --
 -- Per-key workflow concurrency ("defer") counts the fork like the run it
 -- replaces: an admitted source's workflow slot moves to the fork, and a source
@@ -46,15 +49,14 @@ BEGIN
 END;
 $$;
 
--- Problems that make p_to_event an invalid reset point, as readable lines.
-CREATE OR REPLACE FUNCTION harvest._reset_problems(p_execution harvest.executions, p_to_event bigint)
+-- Problems that make p_execution a run no reset can take, whatever the point: a run
+-- not RUNNING (HR005 in reset_workflow), a child, a continue-as-new successor.
+CREATE OR REPLACE FUNCTION harvest._reset_run_problems(p_execution harvest.executions)
 RETURNS text[]
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     v_problems text[] := ARRAY[]::text[];
-    v_next_type text;
-    v_open record;
 BEGIN
     IF p_execution.status <> 'RUNNING' THEN
         v_problems := v_problems || ('the run is ' || p_execution.status || '; only running runs can be reset');
@@ -67,6 +69,32 @@ BEGIN
         v_problems := v_problems || ('the run continued from ' || p_execution.continued_from
                                      || '; continue-as-new histories cannot be reset');
     END IF;
+    RETURN v_problems;
+END;
+$$;
+
+-- Problems that make p_to_event an invalid reset point, as readable lines: the run's own
+-- (_reset_run_problems) and the boundary's (_reset_boundary_problems).
+CREATE OR REPLACE FUNCTION harvest._reset_problems(p_execution harvest.executions, p_to_event bigint)
+RETURNS text[]
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    RETURN harvest._reset_run_problems(p_execution) || harvest._reset_boundary_problems(p_execution, p_to_event);
+END;
+$$;
+
+-- Problems that make p_to_event an invalid boundary of p_execution's history: outside it,
+-- inside a workflow task's command group, a command issued and unresolved by it, a mutex held.
+CREATE OR REPLACE FUNCTION harvest._reset_boundary_problems(p_execution harvest.executions, p_to_event bigint)
+RETURNS text[]
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_problems text[] := ARRAY[]::text[];
+    v_next_type text;
+    v_open record;
+BEGIN
     IF p_to_event IS NULL OR p_to_event < 1 OR p_to_event > p_execution.last_event_id THEN
         RETURN v_problems || ('event ' || coalesce(p_to_event::text, 'NULL') || ' is outside the history (1..'
                               || p_execution.last_event_id || ')');
@@ -141,6 +169,53 @@ BEGIN
 END;
 $$;
 
+-- The reset point p_to names in p_execution's history, one name for many runs (the batch reset,
+-- reset_workflows): 'before_time', the last valid boundary whose events were all written before
+-- p_before (a bad deploy's time: the fork keeps what the good code wrote and replays none of what
+-- the bad code did, which the fixed code may not replay); 'first_workflow_task', the first valid
+-- boundary, so the fork does everything again. NULL when no event is a valid boundary (of the
+-- 1000 candidates nearest the point looked at). (No point "before the first failed workflow
+-- task": a run the bad code only made raise recovers by itself once the fix is deployed, and one
+-- it made write history fails after the events the bad code wrote, so that point keeps them.)
+CREATE OR REPLACE FUNCTION harvest._reset_point(p_execution harvest.executions, p_to text, p_before timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_first boolean := p_to = 'first_workflow_task';  -- (the first boundary up, else the last down)
+    v_until bigint := p_execution.last_event_id;
+    v_event bigint;
+BEGIN
+    IF NOT v_first THEN  -- (events are appended in event_id order: the first at or after p_before ends it)
+        SELECT coalesce(min(ev.event_id) - 1, v_until) INTO v_until FROM harvest.events AS ev
+        WHERE ev.execution_id = p_execution.id AND ev.created_at >= p_before;
+    END IF;
+    FOR v_event IN
+        SELECT ev.event_id FROM harvest.events AS ev
+        WHERE ev.execution_id = p_execution.id AND ev.event_id <= v_until
+        ORDER BY CASE WHEN v_first THEN ev.event_id ELSE -ev.event_id END LIMIT 1000
+    LOOP
+        IF cardinality(harvest._reset_boundary_problems(p_execution, v_event)) = 0 THEN
+            RETURN v_event;
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END;
+$$;
+
+-- HR001 unless p_signal_reapply is a reset's: drop or buffer (reset_workflow, reset_workflows).
+CREATE OR REPLACE FUNCTION harvest._check_signal_reapply(p_signal_reapply text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF p_signal_reapply IS NULL OR p_signal_reapply NOT IN ('drop', 'buffer') THEN
+        RAISE EXCEPTION 'unknown signal_reapply "%"', p_signal_reapply USING ERRCODE = 'HR001',
+            HINT = 'use drop or buffer';
+    END IF;
+END;
+$$;
+
 CREATE OR REPLACE FUNCTION harvest.reset_workflow(
     p_execution_id uuid,
     p_to_event bigint,
@@ -148,6 +223,21 @@ CREATE OR REPLACE FUNCTION harvest.reset_workflow(
     p_operator_id text DEFAULT NULL,
     p_signal_reapply text DEFAULT 'drop',
     p_dry_run boolean DEFAULT false
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    RETURN harvest._reset_execution(p_execution_id, p_to_event, p_reason, p_operator_id, p_signal_reapply,
+                                    p_dry_run, NULL);
+END;
+$$;
+
+-- reset_workflow's body, and each run's of a batch reset (p_batch_id: the batch, written into the
+-- fork's WorkflowResetFork and the run's workflow.reset audit row).
+CREATE OR REPLACE FUNCTION harvest._reset_execution(
+    p_execution_id uuid, p_to_event bigint, p_reason text, p_operator_id text, p_signal_reapply text,
+    p_dry_run boolean, p_batch_id text
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -168,10 +258,7 @@ BEGIN
         RAISE EXCEPTION 'a reset needs a reason' USING ERRCODE = 'HR001',
             HINT = 'say why, e.g. --reason "recover from bad deploy 2026-05-03"';
     END IF;
-    IF p_signal_reapply IS NULL OR p_signal_reapply NOT IN ('drop', 'buffer') THEN
-        RAISE EXCEPTION 'unknown signal_reapply "%"', p_signal_reapply USING ERRCODE = 'HR001',
-            HINT = 'use drop or buffer';
-    END IF;
+    PERFORM harvest._check_signal_reapply(p_signal_reapply);
     -- The key's start lock before the run's row, as every start takes them: a start of the
     -- key waiting on the row would otherwise read the run this reset terminates and miss
     -- its fork (a statement's snapshot predates the fork), then attach to the ended run or
@@ -249,7 +336,8 @@ BEGIN
     PERFORM harvest._copy_payloads(v_renamed, v_fork_id, v_now);
     PERFORM harvest._append_event(v_fork_id, 'WorkflowResetFork', jsonb_build_object(
         'source_execution_id', p_execution_id, 'to_event', p_to_event, 'reason', p_reason,
-        'operator_id', p_operator_id, 'signal_reapply', p_signal_reapply));
+        'operator_id', p_operator_id, 'signal_reapply', p_signal_reapply)
+        || CASE WHEN p_batch_id IS NOT NULL THEN jsonb_build_object('batch_id', p_batch_id) ELSE '{}'::jsonb END);
     IF p_signal_reapply = 'buffer' THEN
         FOR v_signal IN
             SELECT ev.event_data FROM harvest.events AS ev
@@ -270,9 +358,9 @@ BEGIN
         SET concurrency_key = v_gate.concurrency_key, concurrency_limit = v_gate.concurrency_limit
         WHERE t.execution_id = v_fork_id AND t.kind = 'workflow';
     END IF;
-    PERFORM harvest._audit('workflow.reset', p_execution_id::text, p_operator_id, jsonb_build_object(
+    PERFORM harvest._audit('workflow.reset', p_execution_id::text, p_operator_id, jsonb_strip_nulls(jsonb_build_object(
         'reason', p_reason, 'to_event', p_to_event, 'signal_reapply', p_signal_reapply,
-        'new_execution_id', v_fork_id));
+        'new_execution_id', v_fork_id, 'batch_id', p_batch_id)));
     RETURN v_plan || jsonb_build_object('new_execution_id', v_fork_id);
 END;
 $$;

@@ -107,9 +107,12 @@ $$;
 -- is gone for good). The chain is
 -- known by its first run's id (the handle a start returned, a signal or an update sent by it,
 -- update ids, a parent's ChildWorkflowStarted), and the chain is followed forward from it; so a
--- chain goes from its last run back, one run per batch, once its last run has ended and passed
--- the window. Not inlined (a body with subqueries is not): a call per run it judges, so every
+-- chain goes from its last run back once its last run has ended and passed the window:
+-- run_retention's batch that deletes a run takes the runs before it in its chain too. Not inlined (a body with subqueries is not): a call per run it judges, so every
 -- read through it is bounded (run_retention) or is a status read (get_retention_status).
+-- A run it keeps owes its end, has a hold or CONTINUED_AS_NEW: get_retention_status calls it
+-- for those runs alone (a call is about 15 us: 13-25 s for the 814,000 runs of a 30-day window
+-- over 2M, docs/performance.md). A new reason to keep a run goes into that test too.
 CREATE OR REPLACE FUNCTION harvest._retention_keeps(
     p_id uuid, p_status text, p_output jsonb, p_end_owed_to_shard integer
 )
@@ -186,10 +189,14 @@ DECLARE
 BEGIN
     SELECT * INTO v_config FROM harvest.retention_config WHERE id;
     IF v_config.max_age IS NOT NULL THEN
+        -- _retention_keeps asked of the runs it may keep alone (its comment): a CASE, so the
+        -- call is made for those runs only; the holds read once (a hashed subplan).
         SELECT count(*) INTO v_eligible FROM harvest.executions AS e
         WHERE e.status NOT IN ('RUNNING', 'PAUSED', 'MIGRATED') AND e.completed_at < harvest._ago(harvest.now(), v_config.max_age)
           AND e.end_owed_to_shard IS NULL  -- (executions_retention)
-          AND NOT harvest._retention_keeps(e.id, e.status, e.output, e.end_owed_to_shard);
+          AND CASE WHEN e.status = 'CONTINUED_AS_NEW' OR e.id IN (SELECT h.execution_id FROM harvest.legal_holds AS h)
+                   THEN NOT harvest._retention_keeps(e.id, e.status, e.output, e.end_owed_to_shard)
+                   ELSE true END;
     END IF;
     IF v_config.worker_max_age IS NOT NULL THEN
         SELECT count(*) INTO v_workers_eligible FROM harvest._prunable_workers(v_config.worker_max_age) AS w;
@@ -239,6 +246,9 @@ DECLARE
     v_remaining bigint;
     v_runless bigint;
     v_held uuid [];
+    v_runless_ids uuid [];
+    v_front uuid [];  -- the runs the batch's last-taken runs continued from (the walk up chains)
+    v_taken uuid [];
 BEGIN
     SELECT * INTO v_config FROM harvest.retention_config WHERE id;
     v_max_age := coalesce(p_max_age, v_config.max_age);
@@ -268,8 +278,32 @@ BEGIN
         -- judged each row with its statement's snapshot, so a hold committed between that
         -- snapshot and the row's lock (set_legal_hold locks the row to set it) was not seen;
         -- every hold set before the lock is seen now, and none can be set after it.
-        SELECT array_agg(e.id) INTO v_ids FROM harvest.executions AS e
+        -- v_front: the runs the batch's runs continued from (none for a run that did not).
+        SELECT array_agg(e.id), array_agg(e.continued_from) FILTER (WHERE e.continued_from IS NOT NULL)
+        INTO v_ids, v_front FROM harvest.executions AS e
         WHERE e.id = ANY(v_ids) AND NOT harvest._retention_keeps(e.id, e.status, e.output, e.end_owed_to_shard);
+        -- A chain's earlier runs go with its last: each run the batch deletes takes the run it
+        -- continued from (kept only while its successor is here), and that one the run before
+        -- it, up the chain within the batch size. One run a batch, an ended chain of 5,000 runs
+        -- took 5,001 batches (341 s), each reading the chain's runs still kept. A run another
+        -- session holds, one under a legal hold (checked, as above, once it is ours) or one a
+        -- parent on another shard is owed ends its chain's walk: it and the runs before it
+        -- stay, kept by their successor as before.
+        WHILE v_front IS NOT NULL AND cardinality(v_ids) < v_batch LOOP
+            SELECT array_agg(q.id) INTO v_front FROM (
+                SELECT p.id FROM harvest.executions AS p
+                WHERE p.id = ANY(v_front) AND p.status = 'CONTINUED_AS_NEW'
+                  AND (p.output ->> 'continued_as_new')::uuid = ANY(v_ids)
+                  AND p.completed_at < v_cutoff AND p.end_owed_to_shard IS NULL
+                LIMIT v_batch - cardinality(v_ids)
+                FOR UPDATE SKIP LOCKED
+            ) AS q;
+            SELECT array_agg(p.id), array_agg(p.continued_from) FILTER (WHERE p.continued_from IS NOT NULL)
+            INTO v_taken, v_front FROM harvest.executions AS p
+            WHERE p.id = ANY(v_front)
+              AND NOT EXISTS (SELECT 1 FROM harvest.legal_holds AS h WHERE h.execution_id = p.id);
+            v_ids := v_ids || v_taken;
+        END LOOP;
         -- An external signal or cancel keeps its row: its source still hears the
         -- outcome (not_found, once its target is gone). Down relays_target (migration 0119).
         DELETE FROM harvest.relays AS r
@@ -302,16 +336,31 @@ BEGIN
     -- references a run-less row. A start a throttle, debounce or batch holds back has no run
     -- yet: the rows its input references are kept until it is released, which hands them to
     -- its run (_release_pending_start).
+    -- The references are read twice. Before the lock, so a row a held-back start keeps takes
+    -- no place in the batch (locked and judged after, kept rows older than the rest filled
+    -- every batch, and a batch's worth of them stopped the sweep for good). After it, in a
+    -- statement of their own, to decide: a row an admission is recording as its held-back
+    -- start's is locked by it (FOR KEY SHARE) and skipped, and a start admitted and committed
+    -- before the lock is seen there (read before the lock only, a start committed in between
+    -- lost the row it had just recorded).
     SELECT coalesce(array_agg(DISTINCT r.ref), '{}'::uuid []) INTO v_held
     FROM harvest.pending_starts AS ps, harvest._payload_refs(ps.input) AS r (ref);
-    WITH gone AS (
-        DELETE FROM harvest.payloads AS p
-        WHERE p.id IN (SELECT q.id FROM harvest.payloads AS q
-                       WHERE q.execution_id IS NULL AND q.created_at < v_cutoff AND q.id <> ALL(v_held)
-                       ORDER BY q.created_at LIMIT v_batch FOR UPDATE SKIP LOCKED)
-        RETURNING 1
-    )
-    SELECT count(*) INTO v_runless FROM gone;
+    SELECT coalesce(array_agg(l.id), '{}'::uuid []) INTO v_runless_ids FROM (
+        SELECT q.id FROM harvest.payloads AS q
+        WHERE q.execution_id IS NULL AND q.created_at < v_cutoff AND q.id <> ALL(v_held)
+        ORDER BY q.created_at LIMIT v_batch FOR UPDATE SKIP LOCKED
+    ) AS l;
+    v_runless := 0;
+    IF cardinality(v_runless_ids) > 0 THEN
+        SELECT coalesce(array_agg(DISTINCT r.ref), '{}'::uuid []) INTO v_held
+        FROM harvest.pending_starts AS ps, harvest._payload_refs(ps.input) AS r (ref);
+        WITH gone AS (
+            DELETE FROM harvest.payloads AS p
+            WHERE p.id = ANY(v_runless_ids) AND p.id <> ALL(v_held)
+            RETURNING 1
+        )
+        SELECT count(*) INTO v_runless FROM gone;
+    END IF;
     -- What the next call would find, counted up to 10,000 (the largest batch) down
     -- executions_retention: a count of the whole backlog after every batch made a large
     -- backlog's sweep take time quadratic in its size (4 s a batch behind 300,000 runs), and

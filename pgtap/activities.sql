@@ -8,7 +8,7 @@
 -- harvest._activity_completed, harvest._activity_completed_data, harvest._may_decide_on_result
 -- and harvest._decided_answer.
 BEGIN;
-SELECT plan(242);
+SELECT plan(247);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -137,6 +137,22 @@ UPDATE harvest.tasks SET attempt = 2000 WHERE id = pg_temp.task('late_attempt');
 SELECT is(pg_temp.fail('late_attempt'), 'retry_scheduled', 'attempt 2000 of an unbounded policy fails: retry_scheduled');
 SELECT is((SELECT due_at FROM harvest.tasks WHERE id = pg_temp.task('late_attempt')),
           '2030-01-01 00:01:00+00'::timestamptz, 'its delay is max_interval (60 s), no overflow');
+
+-- A failure's next_retry_delay (a 429's Retry-After) replaces the backoff, max_interval too;
+-- the attempts still count, and a value that is no duration in seconds is HR001.
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+SELECT pg_temp.act('retry_after', '{"retry": {"max_attempts": 2, "initial_interval": 1, "max_interval": 5}}');
+SELECT throws_ok(format($$SELECT harvest.fail_activity(%s, %s, '{"error_type": "RateLimited", "next_retry_delay": "3s"}')$$,
+                        pg_temp.task('retry_after'), pg_temp.token('retry_after')), 'HR001', NULL,
+                 'next_retry_delay that is not a number of seconds: HR001');
+SELECT is(pg_temp.fail('retry_after', '{"error_type": "RateLimited", "message": "429", "next_retry_delay": 30}'),
+          'retry_scheduled', 'retry_after: attempt 1 fails with next_retry_delay 30');
+SELECT is((SELECT due_at FROM harvest.tasks WHERE id = pg_temp.task('retry_after')),
+          '2030-01-01 00:00:30+00'::timestamptz, 'retry_after: due after 30 s, not the 1 s backoff nor the 5 s cap');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:30+00';
+SELECT is(pg_temp.reclaim('retry_after'), 2, 'retry_after: attempt 2');
+SELECT is(pg_temp.fail('retry_after', '{"error_type": "RateLimited", "message": "429", "next_retry_delay": 30}'),
+          'dead_lettered', 'retry_after: the attempts still bound it');
 
 -- The default policy: 3 attempts, 1 s then doubling.
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';

@@ -143,7 +143,7 @@ ROLLBACK;
 
 -- harvest.list_executions, harvest.count_executions, harvest.get_execution_stack and their helpers.
 BEGIN;
-SELECT plan(105);
+SELECT plan(109);
 SET LOCAL TimeZone = 'UTC';
 
 CREATE TEMP TABLE runs ON COMMIT DROP AS
@@ -411,6 +411,41 @@ SELECT is(harvest.get_execution_stack((SELECT id FROM wide)) -> 'pending_activit
           'stack: a run''s own dead letter is no pending activity');
 SELECT is(harvest.get_execution_stack((SELECT id FROM wide)) #> '{totals,pending_activities}', '0'::jsonb,
           'stack: nor counted as one');
+-- An activity's progress: its last heartbeat's time and details (migration-free: the task row's
+-- own columns); a dead letter's none; details over 4096 bytes clipped, saying so and their size.
+INSERT INTO harvest.tasks (execution_id, kind, queue, status, due_at, scheduled_at, seq, activity_name, attempt,
+                           started_at, heartbeat_at, heartbeat_details)
+VALUES ((SELECT id FROM wide), 'activity', 'wide_q', 'running', now(), now(), 7, 'crawl', 1, now(),
+        '2030-01-02 03:04:05+00', '{"page": 41}'),
+       ((SELECT id FROM wide), 'activity', 'wide_q', 'running', now(), now(), 8, 'crawl', 1, now(),
+        '2030-01-02 03:04:06+00', jsonb_build_object('blob', repeat('x', 5000))),
+       ((SELECT id FROM wide), 'activity', 'wide_q', 'pending', now(), now(), 9, 'crawl', 0, NULL, NULL, NULL);
+SELECT is((SELECT jsonb_build_object('at', a -> 'heartbeat_at', 'details', a -> 'heartbeat_details',
+                                     'bytes', a -> 'heartbeat_details_bytes', 'clipped', a -> 'heartbeat_details_clipped')
+           FROM jsonb_array_elements(harvest.get_execution_stack((SELECT id FROM wide)) -> 'pending_activities') AS a
+           WHERE (a ->> 'seq')::integer = 7),
+          jsonb_build_object('at', '2030-01-02T03:04:05+00:00'::timestamptz, 'details', '{"page": 41}'::jsonb,
+                             'bytes', 12, 'clipped', false),
+          'stack: a running activity''s last heartbeat, when and its details, with their size');
+SELECT is((SELECT jsonb_build_object('details', a -> 'heartbeat_details', 'bytes', a -> 'heartbeat_details_bytes',
+                                     'clipped', a -> 'heartbeat_details_clipped')
+           FROM jsonb_array_elements(harvest.get_execution_stack((SELECT id FROM wide)) -> 'pending_activities') AS a
+           WHERE (a ->> 'seq')::integer = 8),
+          jsonb_build_object('details', to_jsonb('{"blob": "' || repeat('x', 190) || '... (5012 bytes)'),
+                             'bytes', 5012, 'clipped', true),
+          'stack: details over 4096 bytes clipped: their first 200 characters and their size');
+SELECT is((SELECT a -> 'heartbeat_details' FROM jsonb_array_elements(
+               harvest.get_execution_stack((SELECT id FROM wide)) -> 'pending_activities') AS a
+           WHERE (a ->> 'seq')::integer = 9), 'null'::jsonb,
+          'stack: an activity that has not heartbeat has no details');
+UPDATE harvest.tasks SET heartbeat_details = '{"_harvest_ref": "00000000-0000-0000-0000-000000000001", "bytes": 900000}'
+WHERE execution_id = (SELECT id FROM wide) AND seq = 9;
+SELECT is((SELECT jsonb_build_object('bytes', a -> 'heartbeat_details_bytes', 'clipped', a -> 'heartbeat_details_clipped')
+           FROM jsonb_array_elements(harvest.get_execution_stack((SELECT id FROM wide)) -> 'pending_activities') AS a
+           WHERE (a ->> 'seq')::integer = 9),
+          '{"bytes": 900000, "clipped": true}'::jsonb,
+          'stack: offloaded details are as large as their reference says (clipped, not read back)');
+DELETE FROM harvest.tasks WHERE execution_id = (SELECT id FROM wide) AND kind = 'activity';
 -- The buffered signals (received since the workflow last ran): which, not only how many.
 SELECT harvest.signal_workflow((SELECT id FROM wide), 'approve', '{"ok": true}');
 SELECT harvest.signal_workflow((SELECT id FROM wide), 'note', '1');
@@ -656,8 +691,13 @@ ROLLBACK;
 -- harvest.count_versions: which recorded versions of a ctx.version() gate runs still use.
 -- Runs of ver_wf with workflow id <key> on queue vq_<key>.
 BEGIN;
-SELECT plan(42);
+SELECT plan(43);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+
+-- Its reads of the markers go down events_version_markers (0139; the plans:
+-- tests/integration/test_version_usage_plans.py).
+SELECT ok(EXISTS (SELECT 1 FROM pg_indexes WHERE schemaname = 'harvest' AND indexname = 'events_version_markers'),
+          'events_version_markers finds a change''s version markers by change id and run');
 
 -- Change vc: v1a (running, 1), v2a and v2b (running, 2), v2done (completed, 2),
 -- v1fail (failed, 1). v1a also records another change and a non-version marker.
@@ -1282,5 +1322,116 @@ SELECT throws_ok(format('SELECT harvest.signal_workflows(%L, %L, p_created_befor
                  'a batch cursor made under a workflow id goes on only under it');
 SELECT is((SELECT (d -> 'acted')::integer FROM harvest.terminate_workflows(p_workflow_id => 'wid-1') AS d),
           2, 'terminate_workflows(p_workflow_id): both runs of the id');
+SELECT * FROM finish();
+ROLLBACK;
+
+-- Reset by filter (reset_workflows, through _act_on_workflows and reset.sql's _reset_point): the
+-- RUNNING runs only (a FAILED one is terminal: refused, as reset_workflow refuses it), each to the
+-- last valid boundary written before the bad deploy's time (before_time, p_before) or its first
+-- (first_workflow_task); the source ends TERMINATED, its fork carries what the good code wrote
+-- and none of what the bad code did; a run is reset once per batch; the point, its time, the
+-- signal reapply, the reason and the states are checked first.
+BEGIN;
+SELECT plan(26);
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+-- A run of rb_wf (its own queues: a claim takes any task of a queue) the good code ran until
+-- the deploy at 00:30 and the bad code after it:
+-- 1 WorkflowStarted, 2 WorkflowTaskCompleted, 3 ActivityScheduled(1), 4 ActivityCompleted(1) (00:00);
+-- 5 WorkflowTaskCompleted, 6 ActivityScheduled(2, a step the bad code added) (01:00).
+CREATE FUNCTION pg_temp.good_part(p_key text) RETURNS uuid LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_task record;
+BEGIN
+    PERFORM pg_temp.start_decided(p_key, 'rb_wf', 'rb_q_' || p_key, jsonb_build_array(jsonb_build_object(
+        'type', 'schedule_activity', 'seq', 1, 'name', 'charge', 'queue', 'rb_aq_' || p_key)));
+    SELECT * INTO v_task FROM harvest.claim_tasks('acts', ARRAY['rb_aq_' || p_key], 1);
+    PERFORM harvest.complete_activity(v_task.task_id, v_task.fencing_token, '"charged"');
+    RETURN pg_temp.run(p_key);
+END;
+$fn$;
+SELECT pg_temp.good_part('rb1');
+SELECT pg_temp.good_part('rb2');
+SELECT pg_temp.start_decided('rb_f', 'rb_wf', 'rb_q_f', '[{"type": "fail_workflow", "failure": {"error_type": "Bug",
+    "message": "bad deploy"}}]');
+SELECT set_config('harvest.fake_now', '2030-01-01 01:00:00+00', true);
+SELECT pg_temp.decide('rb1', '[{"type": "schedule_activity", "seq": 2, "name": "ship_v2", "queue": "rb_aq"}]');
+SELECT pg_temp.decide('rb2', '[{"type": "schedule_activity", "seq": 2, "name": "ship_v2", "queue": "rb_aq"}]');
+SELECT is((SELECT array_agg(status ORDER BY status) FROM harvest.executions WHERE workflow_name = 'rb_wf'),
+          ARRAY['FAILED', 'RUNNING', 'RUNNING'], 'setup: two runs the bad code wrote to, a failed run');
+SELECT is(harvest._reset_point((SELECT e FROM harvest.executions AS e WHERE e.id = pg_temp.run('rb1')), 'before_time',
+                               '2030-01-01 00:30:00+00'),
+          4::bigint, '_reset_point(before_time): the last valid boundary written before the deploy');
+SELECT is(harvest._reset_point((SELECT e FROM harvest.executions AS e WHERE e.id = pg_temp.run('rb1')), 'before_time',
+                               '2029-12-31 00:00:00+00'),
+          NULL, '_reset_point(before_time): none before the run started');
+SELECT is(harvest._reset_point((SELECT e FROM harvest.executions AS e WHERE e.id = pg_temp.run('rb1')),
+                               'first_workflow_task', NULL), 1::bigint, '_reset_point(first_workflow_task): the first one');
+SELECT throws_ok($$SELECT harvest.reset_workflows('before_failure', p_workflow_name => 'rb_wf', p_reason => 'x')$$,
+                 'HR001', 'unknown reset point "before_failure"', 'reset_workflows: an unknown point is HR001');
+SELECT throws_ok($$SELECT harvest.reset_workflows(p_workflow_name => 'rb_wf', p_reason => 'x')$$,
+                 'HR001', 'the reset point before_time needs a time (p_before)',
+                 'reset_workflows: before_time (the default) without a time is HR001');
+SELECT is((SELECT d -> 'matched' FROM harvest.reset_workflows('before_time', p_workflow_name => 'rb_wf',
+                                                               p_dry_run => true) AS d),
+          '2'::jsonb, 'a dry run (a count) needs no time');
+SELECT throws_ok($$SELECT harvest.reset_workflows('first_workflow_task', now(), p_workflow_name => 'rb_wf', p_reason => 'x')$$,
+                 'HR001', 'a time (p_before) is only for the reset point before_time',
+                 'reset_workflows: first_workflow_task with a time is HR001');
+SELECT throws_ok($$SELECT harvest.reset_workflows(p_before => now(), p_signal_reapply => 'keep', p_workflow_name => 'rb_wf',
+                                                  p_reason => 'x')$$,
+                 'HR001', 'unknown signal_reapply "keep"', 'reset_workflows: an unknown signal reapply is HR001');
+SELECT throws_ok($$SELECT harvest.reset_workflows(p_before => now(), p_workflow_name => 'rb_wf')$$,
+                 'HR001', 'a reset needs a reason', 'reset_workflows: no reason is HR001');
+SELECT throws_ok($$SELECT harvest.reset_workflows(p_before => now(), p_status => 'FAILED', p_workflow_name => 'rb_wf',
+                                                  p_reason => 'x')$$,
+                 'HR001', 'cannot reset runs in state "FAILED": only running runs can be',
+                 'reset_workflows: FAILED runs are not selected (terminal: HR001)');
+SELECT throws_ok($$SELECT harvest.reset_workflows(p_before => now(), p_status => 'PAUSED', p_workflow_name => 'rb_wf',
+                                                  p_reason => 'x')$$,
+                 'HR001', 'cannot reset runs in state "PAUSED": only running runs can be',
+                 'reset_workflows: PAUSED runs neither (reset_workflow refuses them)');
+SELECT throws_ok($$SELECT harvest.reset_workflows(p_before => now(), p_status => 'RUNNING', p_reason => 'x')$$,
+                 'HR001', NULL, 'reset_workflows: a state alone is no filter (HR001)');
+SELECT is((SELECT d -> 'matched' FROM harvest.reset_workflows(p_before => '2030-01-01 00:30:00+00',
+                                                               p_workflow_name => 'rb_wf', p_dry_run => true) AS d),
+          '2'::jsonb, 'a dry run counts the RUNNING runs (not the FAILED one), writes nothing');
+SELECT is((SELECT count(*) FROM harvest.executions WHERE workflow_name = 'rb_wf'), 3::bigint, 'no fork after a dry run');
+SELECT is((SELECT d - 'next_cursor' - 'execution_ids' - 'shard_id'
+           FROM harvest.reset_workflows(p_before => '2030-01-01 00:30:00+00', p_workflow_name => 'rb_wf',
+                                        p_workflow_id => 'rb1', p_reason => 'bad deploy', p_operator_id => 'oncall',
+                                        p_batch_id => 'b-1', p_limit => 1) AS d),
+          '{"action": "reset", "dry_run": false, "batch_id": "b-1", "matched": 1, "acted": 1, "already_ended": 0,
+            "unchanged": 0, "moved": [], "failures": []}'::jsonb, 'a step resets the RUNNING run it selects');
+SELECT is((SELECT status FROM harvest.executions WHERE id = pg_temp.run('rb1')), 'TERMINATED',
+          'the source ends TERMINATED');
+SELECT is((SELECT array_agg(ev.event_type ORDER BY ev.event_id) FROM harvest.events AS ev
+           JOIN harvest.executions AS f ON f.id = ev.execution_id
+           WHERE f.workflow_id = 'rb1' AND f.id <> pg_temp.run('rb1')),
+          ARRAY['WorkflowStarted', 'WorkflowTaskCompleted', 'ActivityScheduled', 'ActivityCompleted', 'WorkflowResetFork'],
+          'the fork carries what the good code wrote, none of what the bad code did');
+SELECT is((SELECT ev.event_data ->> 'batch_id' FROM harvest.events AS ev JOIN harvest.executions AS f ON f.id = ev.execution_id
+           WHERE f.workflow_id = 'rb1' AND ev.event_type = 'WorkflowResetFork'), 'b-1', 'WorkflowResetFork names the batch');
+SELECT is((SELECT count(*) FROM harvest.tasks AS t JOIN harvest.executions AS f ON f.id = t.execution_id
+           WHERE f.workflow_id = 'rb1' AND f.status = 'RUNNING' AND t.kind = 'workflow'), 1::bigint,
+          'the fork has its workflow task');
+-- The batch run again from its start (its id, no cursor): rb1's fork is not reset, rb2 is.
+SELECT is((SELECT jsonb_build_array(d -> 'acted', d -> 'unchanged')
+           FROM harvest.reset_workflows(p_before => '2030-01-01 00:30:00+00', p_workflow_name => 'rb_wf',
+                                        p_reason => 'bad deploy', p_batch_id => 'b-1') AS d),
+          '[1, 1]'::jsonb, 'run again, the batch resets the other run and counts its own fork unchanged');
+SELECT is((SELECT count(*) FROM harvest.executions WHERE workflow_name = 'rb_wf'), 5::bigint, 'one fork a running run');
+SELECT is((SELECT array_agg(status) FROM harvest.executions WHERE workflow_id = 'rb_f'), ARRAY['FAILED'],
+          'the FAILED run is left alone: no fork');
+SELECT is((SELECT (d -> 'acted')::integer
+           FROM harvest.reset_workflows('first_workflow_task', p_workflow_id => 'rb2', p_reason => 'again',
+                                        p_batch_id => 'b-2') AS d),
+          1, 'another batch resets a fork like any running run (first_workflow_task)');
+SELECT is((SELECT jsonb_build_array(details ->> 'batch_id', details ->> 'reset_to', details ->> 'acted',
+                                    (details ->> 'before')::timestamptz = '2030-01-01 00:30:00+00')
+           FROM harvest.audit_log WHERE operation = 'workflow.bulk_reset' ORDER BY id LIMIT 1),
+          '["b-1", "before_time", "1", true]'::jsonb, 'each step writes a workflow.bulk_reset audit row with the time');
+SELECT is((SELECT details ->> 'batch_id' FROM harvest.audit_log
+           WHERE operation = 'workflow.reset' AND target = pg_temp.run('rb1')::text),
+          'b-1', 'each run''s workflow.reset row names the batch');
 SELECT * FROM finish();
 ROLLBACK;

@@ -438,3 +438,74 @@ SELECT is((SELECT e.workflow_id FROM harvest.payloads AS p JOIN harvest.executio
           '_release_pending_start(): a start from before 0126 hands its run the row it references');
 SELECT * FROM finish();
 ROLLBACK;
+
+-- The operators' list a page at a time (list_pending_starts): oldest first (created_at, then id),
+-- at most p_limit after a position (both halves or neither), filtered, each row with its input's
+-- size; and the lock an admission takes on the rows it owns (_own_run_less_payloads).
+BEGIN;
+SELECT plan(17);
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+SELECT harvest.declare_flow_policies('{"workflows": {
+    "wf_t": {"throttle": {"rps": 0.001, "burst": 1, "key": "input.k"}},
+    "wf_d": {"debounce": {"key": "input.k", "quiet_secs": 5, "max_wait_secs": 12}}}}');
+INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data, login)
+VALUES ('00000000-0000-0000-0000-0000000000c1', NULL, harvest.now(), 1234, '"big"', session_user);
+SELECT harvest.start_workflow('wf_t', '[{"k": "a"}]', 'p0', 'tq');  -- (takes the burst's token)
+SELECT set_config('harvest.fake_now', '2030-01-01 00:00:03+00', true);
+SELECT harvest.start_workflow('wf_t', '[{"k": "a", "n": 1}]', 'p1', 'tq');
+SELECT set_config('harvest.fake_now', '2030-01-01 00:00:01+00', true);  -- (an earlier clock: older, a later id)
+SELECT harvest.start_workflow('wf_t', '[{"k": "a", "v": {"_harvest_ref": "00000000-0000-0000-0000-0000000000c1"}}]',
+                              'p2', 'tq');
+SELECT harvest.start_workflow('wf_d', '[{"k": "x"}]', 'p3', 'dq');  -- (the same time as p2: by id)
+SELECT set_config('harvest.fake_now', '2030-01-01 00:00:05+00', true);
+SELECT harvest.start_workflow('wf_t', '[{"k": "a", "w": {"_harvest_ref": "00000000-0000-0000-0000-00000000dead"}}]',
+                              'p4', 'tq');
+SELECT is((SELECT array_agg(workflow_id) FROM harvest.list_pending_starts()), ARRAY['p2', 'p3', 'p1', 'p4'],
+          'list_pending_starts(): oldest first, by created_at and then id');
+SELECT is((SELECT array_agg(workflow_id) FROM harvest.list_pending_starts(p_limit => 2)), ARRAY['p2', 'p3'],
+          'list_pending_starts(): at most p_limit');
+SELECT is((SELECT array_agg(x.workflow_id)
+           FROM harvest.list_pending_starts(p_limit => 2) AS l,
+                harvest.list_pending_starts(p_limit => 2, p_after_created_at => l.created_at, p_after_id => l.id) AS x
+           WHERE l.workflow_id = 'p3'),
+          ARRAY['p1', 'p4'], 'list_pending_starts(): the next page after the last row''s position');
+SELECT is((SELECT count(x.id)::integer
+           FROM harvest.list_pending_starts() AS l
+               LEFT JOIN harvest.list_pending_starts(p_after_created_at => l.created_at, p_after_id => l.id) AS x ON true
+           WHERE l.workflow_id = 'p4'),
+          0, 'list_pending_starts(): nothing after the last row');
+-- A row gone meanwhile (released, discarded) keeps its place: its position is values, not a row.
+SELECT is((SELECT array_agg(workflow_id) FROM harvest.list_pending_starts(
+              p_after_created_at => '2030-01-01 00:00:01+00', p_after_id => (SELECT max(id) FROM harvest.pending_starts) + 1)),
+          ARRAY['p1', 'p4'], 'list_pending_starts(): a position past a row that is gone');
+SELECT is((SELECT array_agg(workflow_id) FROM harvest.list_pending_starts('wf_t')), ARRAY['p2', 'p1', 'p4'],
+          'list_pending_starts(): one workflow''s');
+SELECT is((SELECT array_agg(workflow_id) FROM harvest.list_pending_starts(p_kind => 'DEBOUNCE')), ARRAY['p3'],
+          'list_pending_starts(): one kind''s (either case)');
+SELECT is((SELECT array_agg(workflow_id) FROM harvest.list_pending_starts(
+              p_id => (SELECT id FROM harvest.pending_starts WHERE workflow_id = 'p1'))), ARRAY['p1'],
+          'list_pending_starts(): one start by id');
+SELECT is((SELECT array_agg(workflow_id) FROM harvest.list_pending_starts('wf_t', p_workflow_id => 'p4')), ARRAY['p4'],
+          'list_pending_starts(): one workflow id''s');
+SELECT results_eq($$SELECT workflow_id, input_bytes, offloaded_bytes FROM harvest.list_pending_starts('wf_t')$$,
+    $$SELECT s.workflow_id, octet_length(s.input::text),
+             CASE s.workflow_id WHEN 'p2' THEN 1234::bigint ELSE 0 END
+      FROM harvest.pending_starts AS s WHERE s.workflow_name = 'wf_t' ORDER BY s.created_at, s.id$$,
+    'list_pending_starts(): the input''s size inline and offloaded (a reference to no row counts none)');
+SELECT throws_ok($$SELECT * FROM harvest.list_pending_starts(p_limit => 0)$$, 'HR001', NULL,
+                 'list_pending_starts(): a limit below 1 is HR001');
+SELECT throws_ok($$SELECT * FROM harvest.list_pending_starts(p_limit => 10001)$$, 'HR001', NULL,
+                 'list_pending_starts(): a limit above 10000 is HR001');
+SELECT throws_ok($$SELECT * FROM harvest.list_pending_starts(p_kind => 'nope')$$, 'HR001', NULL,
+                 'list_pending_starts(): an unknown kind is HR001');
+SELECT throws_ok($$SELECT * FROM harvest.list_pending_starts(p_after_id => 5)$$, 'HR001', NULL,
+                 'list_pending_starts(): half a position is HR001');
+SELECT has_index('harvest', 'pending_starts', 'pending_starts_listed', ARRAY['created_at', 'id'],
+                 'pending_starts_listed answers the list''s order');
+SELECT has_index('harvest', 'pending_starts', 'pending_starts_workflow_listed',
+                 ARRAY['workflow_name', 'created_at', 'id'], 'pending_starts_workflow_listed answers one workflow''s');
+-- FOR KEY SHARE needs a volatile function (a stable one refuses a locking clause).
+SELECT is((SELECT provolatile FROM pg_proc WHERE oid = 'harvest._own_run_less_payloads'::regproc), 'v'::"char",
+          '_own_run_less_payloads(): volatile, as its lock needs');
+SELECT * FROM finish();
+ROLLBACK;

@@ -460,3 +460,32 @@ SELECT results_eq(
 
 SELECT * FROM finish();
 ROLLBACK;
+
+-- A FAILED run is terminal and refused (the spec: "Terminal workflows ... are rejected"): HR005,
+-- as for any other terminal run. A bad deploy's activity failures park as dead letters (replayed
+-- after the fix) before the run fails; a run failed by a dead_letter=False activity is started again.
+BEGIN;
+SELECT plan(8);
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+SELECT lives_ok($$SELECT harvest._check_signal_reapply('buffer')$$, '_check_signal_reapply: buffer is one');
+SELECT throws_ok($$SELECT harvest._check_signal_reapply('keep')$$, 'HR001', 'unknown signal_reapply "keep"',
+                 '_check_signal_reapply: another is HR001');
+SELECT pg_temp.start_activity('ff', 'ff_wf', 'ff_q', 'ship', 'ff_aq',
+                              p_options => '{"dead_letter": false, "retry": {"max_attempts": 1}}');
+SELECT harvest.fail_activity(pg_temp.task('ff'), pg_temp.token('ff'), '{"error_type": "Bug", "message": "bad deploy"}');
+SELECT pg_temp.decide('ff', '[{"type": "fail_workflow", "failure": {"error_type": "ActivityFailure", "message": "x"}}]');
+SELECT is((SELECT status FROM harvest.executions WHERE id = pg_temp.run('ff')), 'FAILED', 'setup: the run failed');
+SELECT is(harvest._reset_run_problems((SELECT e FROM harvest.executions AS e WHERE e.id = pg_temp.run('ff'))),
+          ARRAY['the run is FAILED; only running runs can be reset'], '_reset_run_problems: the run''s own');
+SELECT is(harvest._reset_boundary_problems((SELECT e FROM harvest.executions AS e WHERE e.id = pg_temp.run('ff')), 3),
+          ARRAY['ActivityScheduled (seq 1, event 3) is unresolved at event 3'], '_reset_boundary_problems: the boundary''s');
+SELECT is(harvest._reset_point((SELECT e FROM harvest.executions AS e WHERE e.id = pg_temp.run('ff')),
+                               'first_workflow_task', NULL), 1::bigint, '_reset_point: the first valid boundary');
+-- (reset_workflow is harvest._reset_execution with no batch: the refusal below is its.)
+SELECT throws_ok(format('SELECT harvest.reset_workflow(%L, 1, %L)', pg_temp.run('ff'), 'fixed'), 'HR005',
+                 format('cannot reset execution %s to event 1: the run is FAILED; only running runs can be reset',
+                        pg_temp.run('ff')),
+                 'resetting a FAILED run: HR005, as any terminal run');
+SELECT is((SELECT count(*) FROM harvest.executions WHERE workflow_id = 'ff'), 1::bigint, 'no fork');
+SELECT * FROM finish();
+ROLLBACK;

@@ -5,7 +5,7 @@
 -- _interval_text, _ago, _retention_cutoff; prune_flow_keys (and its fold of quota_ended_bytes),
 -- _flow_key_in_use; _execution_not_found (what HR002 says of an unknown execution id).
 BEGIN;
-SELECT plan(82);
+SELECT plan(85);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 CREATE TEMP TABLE rt ON COMMIT DROP AS
@@ -153,9 +153,28 @@ SELECT is((harvest.get_retention_status() ->> 'eligible')::int, 0, '... and is n
 SELECT harvest.terminate_workflow(tail, 'done') FROM rt_chain;
 UPDATE harvest.executions SET completed_at = '2029-11-02' WHERE id = (SELECT tail FROM rt_chain);
 SELECT results_eq($$SELECT (r ->> 'deleted')::int, (r ->> 'remaining')::int FROM harvest.run_retention() AS r$$,
-                  $$VALUES (1, 1)$$, 'run_retention(): an ended chain goes from its last run back');
-SELECT is((harvest.run_retention() ->> 'deleted')::int, 1, '... then its first');
+                  $$VALUES (2, 0)$$, 'run_retention(): an ended chain goes from its last run back, in one batch');
 SELECT is_empty($$SELECT 1 FROM harvest.executions WHERE workflow_id = 'rt_chain'$$, '... and nothing of it is left');
+-- A chain of five runs, ended: a batch of 2 takes its last two, the next two more; a legal hold
+-- on a run stops the walk there (it and the runs before it stay until it is released).
+CREATE TEMP TABLE rt_five ON COMMIT DROP AS
+SELECT n, gen_random_uuid() AS id FROM generate_series(0, 4) AS n;
+INSERT INTO harvest.executions (id, workflow_name, workflow_id, status, output, continued_from, created_at, completed_at)
+SELECT f.id, 'rt_five_wf', 'rt_five', CASE WHEN f.n < 4 THEN 'CONTINUED_AS_NEW' ELSE 'COMPLETED' END,
+       CASE WHEN f.n < 4 THEN jsonb_build_object('continued_as_new', (SELECT g.id FROM rt_five AS g WHERE g.n = f.n + 1)) END,
+       (SELECT g.id FROM rt_five AS g WHERE g.n = f.n - 1),
+       '2029-10-01'::timestamptz + f.n * interval '1 day', '2029-10-02'::timestamptz + f.n * interval '1 day'
+FROM rt_five AS f;
+SELECT harvest.set_legal_hold((SELECT id FROM rt_five WHERE n = 1), 'case 43', 'legal');
+SELECT results_eq($$SELECT (r ->> 'deleted')::int, (r ->> 'remaining')::int FROM harvest.run_retention() AS r$$,
+                  $$VALUES (2, 1)$$, 'run_retention(): a batch of 2 takes a chain''s last run and the one before');
+SELECT results_eq($$SELECT (r ->> 'deleted')::int, (r ->> 'remaining')::int FROM harvest.run_retention() AS r$$,
+                  $$VALUES (1, 0)$$, '... the next batch walks up to the held run, which stays with the runs before it');
+SELECT is((SELECT array_agg(f.n ORDER BY f.n) FROM rt_five AS f JOIN harvest.executions AS e ON e.id = f.id),
+          ARRAY[0, 1], '... the first run, kept by its successor, and the held one');
+SELECT harvest.release_legal_hold((SELECT id FROM rt_five WHERE n = 1), 'legal');
+SELECT results_eq($$SELECT (r ->> 'deleted')::int, (r ->> 'remaining')::int FROM harvest.run_retention() AS r$$,
+                  $$VALUES (2, 0)$$, '... released, it goes with the run before it');
 
 -- A legal hold keeps its run past the window until it is released.
 SELECT pg_temp.start_run('rt_held', 'rt_held_wf', 'rt_held_q');

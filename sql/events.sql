@@ -49,3 +49,11 @@ ON harvest.events (global_id);
 CREATE INDEX events_update_id
 ON harvest.events ((event_data ->> 'update_id'), execution_id)
 WHERE event_type IN ('UpdateAccepted', 'UpdateCompleted');
+
+-- A change's version markers by change id and run: harvest.count_versions (`harvest
+-- version-usage`) finds the runs that recorded a change, or (--history-before) the live runs
+-- that did not, down a few rows instead of every event kept (6 s over 20M events; migration
+-- 0139).
+CREATE INDEX events_version_markers
+ON harvest.events ((event_data #>> '{value,change_id}'), execution_id)
+WHERE event_type = 'MarkerRecorded' AND event_data ->> 'kind' = 'version';

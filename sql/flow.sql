@@ -179,6 +179,14 @@ CREATE INDEX pending_starts_throttle
 ON harvest.pending_starts (workflow_name, gate_key, id)
 WHERE kind = 'throttle';
 
+-- The operators' list, oldest first, a page after a position (list_pending_starts' keyset) and
+-- a discard by filter's oldest first (discard_pending_starts); the second for one workflow's.
+CREATE INDEX pending_starts_listed
+ON harvest.pending_starts (created_at, id);
+
+CREATE INDEX pending_starts_workflow_listed
+ON harvest.pending_starts (workflow_name, created_at, id);
+
 -- Token buckets of the start throttle, one per (workflow_name, gate_key); the
 -- rate and burst are read from the declared policy when the bucket is used, or
 -- from a live pacing override (override_expires_at in the future) of a throttle

@@ -132,22 +132,37 @@ def test_discard_by_filter_dry_run_first_then_confirmed(ui: TestClient, db: str)
     assert _waiting(db) == sorted(acme[2:] + zeta)
 
 
-def test_the_page_and_the_confirmation_never_read_every_held_back_start(
+def test_the_page_goes_on_by_its_next_link_a_page_at_a_time_with_each_inputs_size(
     ui: TestClient, db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The page reads each shard's first ``limit`` and the count (list_pending_starts_page), the
-    confirmation the one row by its id: a backlog was read whole for either."""
+    """The page shows ``limit`` starts oldest first and a Next page link (a cursor, as the
+    Workflows page's) to the rest; each shard is asked for a page (limit + 1), the confirmation
+    for its one row: a backlog was read whole, and every start beyond the first limit was out
+    of reach. Each row says its input's size in bytes, never the input."""
     from harvest.db.sqlapi import AsyncSqlApi
 
     ids = _hold(db, "acme", 3)
+    asked: list[object] = []
+    real = AsyncSqlApi.list_pending_starts
 
-    async def whole(*_: object, **__: object) -> None:
-        raise AssertionError("a page read every held-back start")
+    async def counted(self: AsyncSqlApi, *args: object, **kwargs: object) -> object:
+        asked.append(kwargs.get("limit", args[2] if len(args) > 2 else None))
+        return await real(self, *args, **kwargs)
 
-    monkeypatch.setattr(AsyncSqlApi, "list_pending_starts", whole)
-    page = ui.get("/start-gates?limit=1", headers=READ)
-    assert page.status_code == 200, page.text
-    assert "3 held back; the first 1 shown" in page.text
+    monkeypatch.setattr(AsyncSqlApi, "list_pending_starts", counted)
+    seen, url = [], "/start-gates?limit=1"
+    while url:
+        page = ui.get(url, headers=READ)
+        assert page.status_code == 200, page.text
+        table = page.text.split('id="start-gates"')[1].split("</table>")[0]
+        seen += re.findall(r"mail-acme-\d", table)
+        size = len('[{"tenant": "acme", "secret": "s3cr3t-card"}]')
+        assert f'<td class="num">{size}</td><td class="num">0</td>' in table  # (inline, offloaded)
+        found = re.search(r'id="next" rel="next" href="([^"]+)"', page.text)
+        url = "/start-gates" + html.unescape(found.group(1)) if found else None  # (relative: ?...)
+    assert seen == ["mail-acme-1", "mail-acme-2", "mail-acme-3"]
+    assert asked == [2, 2, 2]
     confirm = ui.post(f"/start-gates/0/{ids[1]}/discard", data={}, headers=ADMIN)
     assert confirm.status_code == 200 and "mail-acme-2" in confirm.text, confirm.text
+    assert asked[-1] == 1
     assert ui.post(f"/start-gates/0/{ids[-1] + 99}/discard", data={}, headers=ADMIN).status_code == 404

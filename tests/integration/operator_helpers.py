@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import cli_forks
@@ -119,3 +120,62 @@ def park(
         "SELECT id FROM harvest.dead_letters WHERE execution_id = %s", (execution_id,)
     ).fetchone()[0]
     return first, dead_id
+
+
+def _decide(conn: psycopg.Connection, run: str, queue: str, commands: list) -> None:
+    """Claim the workflow task of ``queue`` (the run's alone) and complete it with ``commands``."""
+    task = conn.execute(
+        "SELECT task_id, fencing_token FROM harvest.claim_tasks('decider', ARRAY[%s], 1)", (queue,)
+    ).fetchone()
+    last = conn.execute("SELECT last_event_id FROM harvest.executions WHERE id = %s", (run,)).fetchone()[0]
+    conn.execute(
+        "SELECT * FROM harvest.complete_workflow_task(%s, %s, %s, %s)",
+        (task[0], task[1], last, Jsonb(commands)),
+    )
+
+
+def _activity(seq: int, name: str, queue: str, options: dict | None = None) -> dict:
+    return {"type": "schedule_activity", "seq": seq, "name": name, "queue": queue, "options": options or {}}
+
+
+def _claimed_activity(conn: psycopg.Connection, queue: str) -> tuple:
+    return conn.execute(
+        "SELECT task_id, fencing_token FROM harvest.claim_tasks('acts', ARRAY[%s], 1)", (queue,)
+    ).fetchone()
+
+
+def failed_run(conn: psycopg.Connection, name: str, workflow_id: str) -> str:
+    """A run of ``name`` FAILED as a dead_letter=False activity leaves one: its activity ``ship``
+    (one attempt) failed, and its workflow failed with it. Returns its id."""
+    queue = f"q-{workflow_id}"
+    run = start(conn, name, workflow_id, queue)
+    options = {"dead_letter": False, "retry": {"max_attempts": 1}}
+    _decide(conn, run, queue, [_activity(1, "ship", f"{queue}-acts", options)])
+    task = _claimed_activity(conn, f"{queue}-acts")
+    conn.execute(
+        "SELECT harvest.fail_activity(%s, %s, %s)",
+        (task[0], task[1], Jsonb({"error_type": "Bug", "message": "the bad deploy"})),
+    )
+    _decide(conn, run, queue, [{"type": "fail_workflow", "failure": {"error_type": "ActivityFailure"}}])
+    return run
+
+
+def runs_across_a_deploy(
+    conn: psycopg.Connection, name: str, workflow_ids: list[str]
+) -> tuple[list[str], datetime]:
+    """RUNNING runs of ``name`` the good code took through its activity ``charge`` (scheduled and
+    completed) before a deploy, and the bad code after it (it scheduled ``ship_v2``, a step no
+    gate marks: the fixed code cannot replay it). Returns the runs and the deploy's time (the
+    database's clock between the two: each statement here is its own transaction)."""
+    runs = []
+    for workflow_id in workflow_ids:
+        queue = f"q-{workflow_id}"
+        run = start(conn, name, workflow_id, queue)
+        _decide(conn, run, queue, [_activity(1, "charge", f"{queue}-acts")])
+        task = _claimed_activity(conn, f"{queue}-acts")
+        conn.execute("SELECT harvest.complete_activity(%s, %s, %s)", (task[0], task[1], Jsonb("charged")))
+        runs.append(run)
+    deploy = conn.execute("SELECT clock_timestamp()").fetchone()[0]
+    for run, workflow_id in zip(runs, workflow_ids, strict=True):
+        _decide(conn, run, f"q-{workflow_id}", [_activity(2, "ship_v2", f"q-{workflow_id}-acts")])
+    return runs, deploy

@@ -254,17 +254,49 @@ async def forgets_flow(ctx) -> str:
     return await ctx.execute_activity(forgets_the_await)
 
 
+def unawaited_warnings(start_worker, client: Client, flow, act) -> list[str]:
+    """The RuntimeWarnings of one run of ``flow`` (its activity ``act`` forgets an await)."""
+    start_worker(App(workflows=[flow], activities=[act]))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert client.start_workflow(flow).result(timeout=30) == "done"
+    return [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
+
+
 def test_an_unawaited_aheartbeat_warns_naming_it_and_the_fix(
     start_worker, client: Client, sent: list
 ) -> None:
     """Python's own warning said only "coroutine 'ActivityContext.aheartbeat' was never
     awaited", at whatever time the coroutine was collected, and not what to do."""
-    start_worker(App(workflows=[forgets_flow], activities=[forgets_the_await]))
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        assert client.start_workflow(forgets_flow).result(timeout=30) == "done"
-    said = [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
+    said = unawaited_warnings(start_worker, client, forgets_flow, forgets_the_await)
     assert len(said) == 1, said
     assert said[0].startswith("activity forgets_the_await called ctx.aheartbeat() without await: ")
     assert "await ctx.aheartbeat(details)), or call ctx.heartbeat(details)" in said[0]
     assert sent == []
+
+
+# -- ctx.arecord_llm_call() not awaited: the same kind of warning, nothing recorded
+@activity(start_to_close="30s")
+async def forgets_the_ledger_await(ctx) -> str:
+    ctx.arecord_llm_call("m", input_tokens=1)  # type: ignore[unused-coroutine]  # pyright: ignore[reportUnusedCoroutine]
+    return "done"
+
+
+@workflow
+async def forgets_ledger_flow(ctx) -> str:
+    return await ctx.execute_activity(forgets_the_ledger_await)
+
+
+def test_an_unawaited_arecord_llm_call_warns_naming_it_and_the_fix(
+    start_worker, client: Client, conn
+) -> None:
+    """Python's own warning said only "coroutine 'ActivityContext.arecord_llm_call' was never
+    awaited": the model call it meant to record was missing from the usage report."""
+    said = unawaited_warnings(start_worker, client, forgets_ledger_flow, forgets_the_ledger_await)
+    assert len(said) == 1, said
+    assert said[0].startswith(
+        "activity forgets_the_ledger_await called ctx.arecord_llm_call() without await: the call was not"
+        " recorded in the agent cost ledger; "
+    )
+    assert "or call ctx.record_llm_call(model, ...), which queues it without await" in said[0]
+    assert conn.execute("SELECT count(*) FROM harvest.llm_calls").fetchone()[0] == 0

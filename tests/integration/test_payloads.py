@@ -13,7 +13,13 @@ from psycopg.types.json import Jsonb
 
 from harvest import App, Client, activity, query, update, workflow
 from harvest.core.codecs import AesGcmCodec, Payloads, ZlibCodec
-from harvest.core.errors import ExecutionNotTerminal, LegalHoldActive, NotFound, PayloadKeyMissing
+from harvest.core.errors import (
+    ExecutionNotTerminal,
+    LegalHoldActive,
+    NotFound,
+    PayloadKeyMissing,
+    WorkflowCancelled,
+)
 from harvest.db.sqlapi import SqlApi
 
 # Fixed test keys: a `harvest replay` subprocess must hold the same bytes.
@@ -804,3 +810,36 @@ def test_expired_answers_rows_are_found_by_id_not_by_a_scan_for_each_request(db)
         kept = conn.execute("SELECT data FROM harvest.payloads WHERE id = %s", (theirs,)).fetchone()
     assert left == 0 and kept == ("theirs",)
     assert read < 2 * unrelated, read  # one scan at most (the old plan: one for each request, 20 x 2000)
+
+
+@workflow
+async def waits_for_the_user(ctx) -> str:
+    return await ctx.wait_for_signal("reply")
+
+
+def test_a_cancelled_run_s_error_names_its_reason_decoded_not_the_envelope(db, start_worker):
+    """The reason is the run's cancellation details, which the worker's codecs encode: the
+    client's WorkflowCancelled said 'was cancelled: {"data": "eJx...", "_harvest_codec": ...}'."""
+    start_worker(App([waits_for_the_user]), codecs=_codecs(k1=K1))
+    with Client(db, codecs=_codecs(k1=K1)) as client:
+        handle = client.start_workflow(waits_for_the_user)
+        handle.cancel("the user closed the tab")
+        with pytest.raises(WorkflowCancelled) as raised:
+            handle.result(timeout=30)
+    assert str(raised.value) == f"workflow {handle.execution_id} was cancelled: the user closed the tab"
+
+
+@pytest.mark.parametrize("codecs", [None, [ZlibCodec()]], ids=["no codecs", "no key"])
+def test_a_client_without_the_key_still_gets_workflow_cancelled(db, start_worker, codecs):
+    """A client that does not hold the worker's key (no codecs, or not that key) reading a
+    cancelled run: WorkflowCancelled, the reason left as stored (it cannot decode it), as before
+    the reason was decoded; not PayloadKeyMissing, which says nothing of the cancel."""
+    start_worker(App([waits_for_the_user]), codecs=_codecs(k1=K1))
+    with Client(db, codecs=_codecs(k1=K1)) as writer:
+        handle = writer.start_workflow(waits_for_the_user)
+        handle.cancel("the user closed the tab")
+    with Client(db, codecs=codecs) as client, pytest.raises(WorkflowCancelled) as raised:
+        client.get_handle(handle.execution_id).result(timeout=30)
+    said = str(raised.value)
+    assert said.startswith(f"workflow {handle.execution_id} was cancelled: ")
+    assert "the user closed the tab" not in said

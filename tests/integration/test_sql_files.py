@@ -265,6 +265,72 @@ def test_every_non_transactional_migration_is_marked() -> None:
     )
 
 
+# Tables that stay small whatever the workload (settings, registrations, one row a worker or a
+# schedule): a migration may index one in its transaction. Any other table grows with the runs,
+# and a plain CREATE INDEX holds its writes (starts, claims, admissions) for the whole build.
+SMALL_TABLES = frozenset(
+    {
+        "api_tokens",
+        "dags",
+        "engine_settings",
+        "event_stream_listeners",
+        "fair_queues",
+        "flow_policies",
+        "owner_mode",
+        "partition_owners",
+        "registered_workflows",
+        "retention_config",
+        "schedules",
+        "search_attribute_indexes",
+        "shard_identity",
+        "shard_migrations",
+        "workers",
+    }
+)
+# The first migration the rule holds for (those before are applied as they are).
+CONCURRENT_INDEXES_FROM = "0138"
+
+
+def blocking_index_builds(sql: str) -> list[str]:
+    """The indexes ``sql`` builds without CONCURRENTLY on a table it did not create that is not
+    one of SMALL_TABLES."""
+    created = set()
+    found = []
+    for raw, text in _raw_statements(sql):
+        stmt = raw.stmt
+        if isinstance(stmt, ast.CreateStmt):
+            created.add(stmt.relation.relname)
+        elif isinstance(stmt, ast.IndexStmt) and not stmt.concurrent:
+            table = stmt.relation.relname
+            if table not in created and table not in SMALL_TABLES:
+                found.append(text.strip().splitlines()[0])
+    return found
+
+
+@pytest.mark.parametrize(
+    ("sql", "blocking"),
+    [
+        ("CREATE INDEX IF NOT EXISTS i ON harvest.pending_starts (created_at, id);", True),
+        ("CREATE INDEX CONCURRENTLY IF NOT EXISTS i ON harvest.pending_starts (created_at, id);", False),
+        ("CREATE INDEX i ON harvest.workers (lost_at);", False),
+        ("CREATE TABLE harvest.t (a int); CREATE INDEX i ON harvest.t (a);", False),
+    ],
+)
+def test_the_blocking_index_detector(sql: str, blocking: bool) -> None:
+    assert bool(blocking_index_builds(sql)) is blocking
+
+
+def test_a_migration_indexes_a_growing_table_concurrently() -> None:
+    """An index on a table that grows with the workload is built CONCURRENTLY (a no-transaction
+    migration): a plain build blocks the table's writes for as long as it reads every row."""
+    offenders = {
+        mig.label: found
+        for mig in m.load_set(ROOT / "migrations", m.CORE_SET)
+        if mig.version >= CONCURRENT_INDEXES_FROM and (found := blocking_index_builds(mig.sql))
+    }
+    assert not offenders, f"build these with CREATE INDEX CONCURRENTLY ({m.NO_TRANSACTION_MARK}): {offenders}"
+
+
 def test_no_migration_or_sql_file_holds_transaction_control() -> None:
     """The runner owns the transaction; a BEGIN/COMMIT inside a file would break its atomicity."""
     offenders = {

@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg.types.json import Jsonb
+from stats_helpers import nested_plans
 
 # complete_workflow_tasks, its rows' last_event_id and handed tasks.
 DECIDE = (
@@ -34,21 +35,7 @@ def fair(conn: psycopg.Connection, queue: str) -> None:
 def trigger_queries(conn: psycopg.Connection, sql: str, params: Any = None) -> tuple[list[tuple], int]:
     """Run sql; return its rows and how many times the insert trigger asked fair_queues itself
     (auto_explain's plan of each statement, nested ones included, sent as a NOTICE)."""
-    texts: list[str] = []
-
-    def keep(diag: psycopg.errors.Diagnostic) -> None:
-        texts.append(diag.message_primary or "")
-
-    conn.execute("LOAD 'auto_explain'")
-    conn.execute("SET auto_explain.log_min_duration = 0")
-    conn.execute("SET auto_explain.log_nested_statements = on")
-    conn.execute("SET auto_explain.log_level = notice")
-    conn.add_notice_handler(keep)
-    try:
-        rows = conn.execute(sql, params).fetchall()
-    finally:
-        conn.remove_notice_handler(keep)
-        conn.execute("SET auto_explain.log_min_duration = -1")
+    rows, texts = nested_plans(conn, sql, params)
     asked = sum(1 for t in texts if "harvest.fair_queues" in t and "NEW.queue" in t)
     return rows, asked
 

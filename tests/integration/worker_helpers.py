@@ -88,20 +88,25 @@ class RunningWorker:
             raise self.error
 
 
+def cli_env(db: str, env: dict[str, str]) -> dict[str, str]:
+    """The environment of a `harvest` process on ``db``: this one's without its HARVEST_*
+    variables, the tests' modules (beside this file) importable, then ``env`` over it."""
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith("HARVEST_")}
+    run_env["HARVEST_DATABASE_URL"] = db
+    run_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO / "harvest_py"), str(HERE), run_env.get("PYTHONPATH")) if p
+    )
+    run_env.update(env)
+    return run_env
+
+
 def run_in_cli_worker(
     db: str, client: Client, target: str, workflow: Any, args: list[str], env: dict[str, str]
 ) -> tuple[Any, str]:
     """Run `harvest worker TARGET ARGS` (TARGET's module beside this file) with ENV over a clean
     HARVEST_* environment, start WORKFLOW and wait for its result, then stop the process with
     SIGTERM and check it exited cleanly: (the result, the process' stderr)."""
-    run_env = {k: v for k, v in os.environ.items() if not k.startswith("HARVEST_")}
-    run_env["HARVEST_DATABASE_URL"] = db
-    run_env["HARVEST_SCHEDULER__ENABLED"] = "false"
-    here = str(Path(__file__).resolve().parent)
-    run_env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(REPO / "harvest_py"), here, run_env.get("PYTHONPATH")) if p
-    )
-    run_env.update(env)
+    run_env = cli_env(db, {"HARVEST_SCHEDULER__ENABLED": "false", **env})
     proc = subprocess.Popen(
         [*HARVEST, "worker", target, *args],
         env=run_env,

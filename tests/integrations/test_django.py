@@ -172,3 +172,116 @@ def test_no_database_names_the_places_django_reads(monkeypatch: pytest.MonkeyPat
     with override_settings(HARVEST=BASE), pytest.raises(CommandError, match="HARVEST_DATABASE_URL"):
         call_command("harvest_worker", stdout=out)
     assert "polling" not in out.getvalue(), out.getvalue()
+
+
+def test_manage_py_harvest_worker_health_port_serves_the_workers_probes(harvest_db: str) -> None:
+    """`manage.py harvest_worker --health-port P`: the probes `harvest worker --health-port`
+    serves (it had none: a Django worker Deployment had no liveness but its heartbeat)."""
+    import json
+    import socket
+    import time
+    import urllib.error
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("HARVEST_")},
+        "HARVEST_DATABASE_URL": harvest_db,
+        "DJANGO_SETTINGS_MODULE": "django_project.settings",
+        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+    }
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "django", "harvest_worker", "--health-port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    seen: tuple[int, dict] | None = None
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and worker.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health/ready", timeout=5) as response:
+                    seen = (response.status, json.load(response))
+                    break
+            except urllib.error.HTTPError as exc:
+                seen = (exc.code, json.load(exc))
+            except urllib.error.URLError:
+                pass
+            time.sleep(0.05)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health/live", timeout=5) as response:
+            live = json.load(response)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _, err = worker.communicate(timeout=30)
+    assert worker.returncode == 0, err
+    assert seen is not None and seen[0] == 200 and seen[1]["status"] == "ready", (seen, err[-2000:])
+    assert live == {"status": "ok"}
+
+
+def test_manage_py_harvest_worker_refuses_a_bad_health_port(harvest_db: str) -> None:
+    with pytest.raises(CommandError, match="--health-port 70000: a port from 1 to 65535"):
+        call_command("harvest_worker", "--health-port", "70000", stdout=io.StringIO())
+
+
+def test_a_start_in_a_views_transaction_commits_with_it_only_on_its_connection(harvest_db: str) -> None:
+    """What docs/integrations.md promises a view in ``transaction.atomic()``: get_client()'s start
+    commits on its own connection whatever the view's transaction does; with ``connection=`` Django's
+    own (psycopg 3) connection it is rolled back and committed with the view's transaction, even as
+    the transaction's first statement."""
+    from django.db import connections, transaction
+    from harvest.errors import NotFound
+    from psycopg.conninfo import conninfo_to_dict
+
+    parts = conninfo_to_dict(harvest_db)
+    alias = "harvest_view"
+    connections.settings[alias] = connections.configure_settings(
+        {
+            "default": {"ENGINE": "django.db.backends.dummy"},
+            alias: {
+                "ENGINE": "django.db.backends.postgresql",
+                "NAME": parts["dbname"],
+                "USER": parts.get("user", ""),
+                "PASSWORD": parts.get("password", ""),
+                "HOST": parts.get("host", ""),
+                "PORT": parts.get("port", ""),
+            },
+        }
+    )[alias]
+    client = harvest_django.get_client()
+
+    def started(workflow_id: str) -> bool:
+        try:
+            client.get_handle(workflow_id=workflow_id).describe()
+        except NotFound:
+            return False
+        return True
+
+    def view(workflow_id: str, *, joined: bool, fail: bool, orm_first: bool = False) -> None:
+        django_db = connections[alias]
+        try:
+            with transaction.atomic(using=alias):
+                if orm_first:
+                    with django_db.cursor() as cursor:
+                        cursor.execute("SELECT 1")
+                on = {"connection": django_db.connection} if joined else {}
+                client.start_workflow("greet", workflow_id, workflow_id=workflow_id, **on)
+                if fail:
+                    raise RuntimeError("the view failed")
+        except RuntimeError:
+            pass
+
+    try:
+        view("own", joined=False, fail=True)
+        view("joined-first", joined=True, fail=True)
+        view("joined-after", joined=True, fail=True, orm_first=True)
+        view("joined-ok", joined=True, fail=False)
+        assert started("own")  # its own connection: committed at once
+        assert not started("joined-first") and not started("joined-after")
+        assert started("joined-ok")
+    finally:
+        connections[alias].close()
+        del connections.settings[alias]

@@ -4,7 +4,12 @@ lifespan run, requests through httpx's ASGI transport, on the test database."""
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
+import socket
 import time
+import urllib.error
+import urllib.request
 from typing import Any
 
 import httpx
@@ -49,6 +54,13 @@ async def lingering(ctx: Any, name: str) -> str:
 
 app = App(workflows=[greet, lingering], activities=[shout, slow])
 FAST = {"poll_interval": 0.2, "scan_interval": 0.2, "shutdown_grace": 5.0}
+
+
+def _fresh_started() -> None:
+    """A new event for ``slow`` to set, on this test's loop (an Event waited on is bound to the
+    loop of its first wait: the next test's asyncio.run could not wait on it)."""
+    global slow_started
+    slow_started = asyncio.Event()
 
 
 def fastapi_app(db: str, **options: Any) -> FastAPI:
@@ -108,7 +120,7 @@ def test_shutdown_drains_the_activity_in_flight(db: str) -> None:
     api = fastapi_app(db, run_worker=True)
 
     async def calls(http: httpx.AsyncClient) -> str:
-        slow_started.clear()
+        _fresh_started()
         execution_id = (await http.post("/linger/bo")).json()["execution_id"]
         await asyncio.wait_for(slow_started.wait(), 10)
         return execution_id  # the app stops now, with the activity running
@@ -117,6 +129,27 @@ def test_shutdown_drains_the_activity_in_flight(db: str) -> None:
     with Client(db) as client:
         events = [e["event_type"] for e in client.get_handle(execution_id).history()]
     assert "ActivityCompleted" in events, events  # finished in the drain, not released
+
+
+def test_a_shutdown_that_waits_for_work_in_flight_says_so(db: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A stop (SIGTERM, a --reload) waited up to worker.shutdown_grace for the activities in
+    flight with no line a server's log shows (the worker's is INFO): it looked hung."""
+    # An idle stop says nothing (first: no work of this test's is left for its worker to claim).
+    with caplog.at_level(logging.WARNING, logger="harvest.integrations"):
+        asyncio.run(serve(fastapi_app(db, run_worker=True), lambda http: asyncio.sleep(0)))
+    assert not [r for r in caplog.records if "in flight" in r.getMessage()]
+
+    api = fastapi_app(db, run_worker=True)
+
+    async def calls(http: httpx.AsyncClient) -> None:
+        _fresh_started()
+        await http.post("/linger/di")
+        await asyncio.wait_for(slow_started.wait(), 10)
+
+    with caplog.at_level(logging.WARNING, logger="harvest.integrations"):
+        asyncio.run(serve(api, calls))
+    said = [r.getMessage() for r in caplog.records if r.name == "harvest.integrations"]
+    assert any("1 task(s) in flight finish, within worker.shutdown_grace = 5 s" in m for m in said), said
 
 
 def test_without_a_worker_runs_wait_for_one_and_the_api_can_stay_unmounted(db: str) -> None:
@@ -207,6 +240,8 @@ def test_bad_arguments_are_refused_at_construction() -> None:
         TypeError, match=r"'concurency' is not a WorkerOptions field \(did you mean 'concurrency'\?\)"
     ):
         HarvestLifespan(app, run_worker=True, worker_options={"concurency": 4})
+    with pytest.raises(ValueError, match=r"health_port=.*needs run_worker=True .*/api/harvest/health/live"):
+        HarvestLifespan(app, health_port=8081)
 
 
 def test_an_app_stopped_at_once_stops_its_worker(db: str) -> None:
@@ -510,3 +545,32 @@ def test_an_app_answering_with_harvest_error_handler_logs_an_outages_count_at_sh
     said = [r.getMessage() for r in caplog.records if r.name == "harvest.web" and "outage" in r.getMessage()]
     assert len(said) == 2 and f"request {ids[0]}: outage {ids[0][:8]} begins" in said[0], said
     assert f"outage {ids[0][:8]} at shutdown: 2 more requests" in said[1], said
+
+
+def _probe(port: int, path: str) -> tuple[int, dict[str, Any]]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.load(exc)
+
+
+def test_health_port_serves_the_in_process_workers_probes_and_closes_with_the_app(db: str) -> None:
+    """HarvestLifespan(health_port=P): the in-process worker's liveness and readiness, as
+    `harvest worker --health-port` serves them (there were none but the app's own, which say
+    nothing of a draining worker or one whose heartbeats no longer reach the database)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    api = fastapi_app(db, run_worker=True, health_port=port)
+
+    async def calls(http: httpx.AsyncClient) -> Any:
+        ready = await asyncio.to_thread(_probe, port, "/health/ready")
+        live = await asyncio.to_thread(_probe, port, "/health/live")
+        return ready, live, api.state.harvest.worker.worker_id
+
+    ready, live, worker_id = asyncio.run(serve(api, calls))
+    assert ready == (200, {"status": "ready", "worker_id": worker_id})
+    assert live == (200, {"status": "ok"})
+    with pytest.raises(urllib.error.URLError):  # closed with the app: its port is free again
+        _probe(port, "/health/live")

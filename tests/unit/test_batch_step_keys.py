@@ -64,6 +64,9 @@ def test_both_clients_build_every_step_keyword_from_their_arguments(monkeypatch)
         "batch_size": 7,
         "operator_id": "o",
         "batch_id": "b",
+        "reset_to": "before_time",
+        "before": "2026-01-15T00:00:00Z",
+        "signal_reapply": "buffer",
     }
     Client.act_on_workflows(Fake(), "signal", **given)  # type: ignore[arg-type]
     asyncio.run(AsyncClient.act_on_workflows(Fake(), "signal", **given))  # type: ignore[arg-type]

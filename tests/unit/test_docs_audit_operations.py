@@ -23,6 +23,7 @@ PREFIXES = {
         "workflow.bulk_signal",
         "workflow.bulk_pause",
         "workflow.bulk_resume",
+        "workflow.bulk_reset",
     ),
 }
 CALL = re.compile(r"harvest\._audit(?:_asserted)?\(")

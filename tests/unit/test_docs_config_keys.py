@@ -29,6 +29,7 @@ from docs_scan import ROOT, doc_pages, inline_spans, split_page, where
 from harvest.cli.main import main
 from harvest.config.config import NOT_CONFIG, SCHEMA, SECTIONS, TABLES, config_from_mapping, env_name
 from harvest.core.errors import ConfigError
+from harvest.core.secret_files import FILE_SUFFIX, is_secret
 
 # Variables the docs name that Harvest does not read, each for a reason.
 ALLOWED = {
@@ -73,6 +74,8 @@ def known_variables() -> tuple[frozenset[str], frozenset[str]]:
     """(names, prefixes of table variables)."""
     names = {env_name(key) for key in SCHEMA} | set(NOT_CONFIG) | set(ALLOWED)
     names |= _cli_variables() | _read_by_code()
+    # a secret's variable may name a file instead (docs/operations.md#secrets-from-files)
+    names |= {name + FILE_SUFFIX for name in names if is_secret(name)}
     prefixes = {env_name(key) + "__" for key in SCHEMA if SCHEMA[key] in TABLES}
     return frozenset(names), frozenset(prefixes)
 

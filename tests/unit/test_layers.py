@@ -314,6 +314,7 @@ def test_the_public_names_resolve_lazily_and_stay_the_same() -> None:
         "ChildWorkflowError",
         "Client",
         "Concurrency",
+        "ConditionTimeout",
         "Dag",
         "Debounce",
         "Duration",
@@ -392,6 +393,22 @@ def test_the_test_kit_names_are_typed_as_they_resolve() -> None:
         assert getattr(harvest.testing, name) is not None, name
     typed = _type_checking_names(PACKAGE / "testing" / "__init__.py")
     assert typed == set(harvest.testing.__all__)
+
+
+def test_the_client_names_are_typed_as_they_resolve() -> None:
+    """A list page and a count answer a ``Page`` (children a ``Children``), which docs/workflows.md
+    names: ``harvest.client`` exports both, typed as they resolve, so a user's annotation
+    needs no private module path."""
+    import harvest.client
+    from harvest.client.client import Children, Page
+
+    assert {"Page", "Children"} <= set(harvest.client.__all__)
+    assert harvest.client.Page is Page
+    assert harvest.client.Children is Children
+    for name in harvest.client.__all__:
+        assert getattr(harvest.client, name) is not None, name
+    typed = _type_checking_names(PACKAGE / "client" / "__init__.py")
+    assert typed == set(harvest.client.__all__)
 
 
 def test_harvest_errors_is_the_public_home_of_the_exceptions() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import threading
 import uuid
 
@@ -306,3 +307,47 @@ def test_sys_exit_in_a_local_activity_fails_its_attempt():
     assert [c for c in CALLS if c[0] == "exits"] == [("exits", 1), ("exits", 2)]
     assert outcome["failure"]["error_type"] == "SystemExit"
     assert outcome["failure"]["message"] == "SystemExit(4) raised in the activity (sys.exit()?)"
+
+
+@activity(local=True, retry=RetryPolicy.exponential(max_attempts=3, initial="1s", maximum="2s"))
+async def rate_limited(ctx) -> int:
+    CALLS.append(("rate_limited", ctx.attempt()))
+    if ctx.attempt() == 1:
+        raise ActivityFailure("RateLimited", "429", next_retry_delay=5)  # a Retry-After
+    if ctx.attempt() == 2:
+        raise ActivityFailure("RateLimited", "429", next_retry_delay=60)  # past the inline cap
+    return ctx.attempt()
+
+
+def test_a_local_activity_waits_its_failure_s_next_retry_delay():
+    """The failure's next_retry_delay replaces the backoff (5 s, past the policy's 2 s maximum),
+    still capped by the inline retries' LOCAL_MAX_BACKOFF (they hold the workflow task's lease)."""
+    from harvest.runtime.local import LOCAL_MAX_BACKOFF, run_local_activity
+
+    CALLS.clear()
+    outcome = run(run_local_activity(rate_limited.__harvest_activity__, (), "e", 1, _factory, sleep=no_sleep))
+    assert outcome["result"] is not None
+    assert [c for c in CALLS if c[0] == "sleep"] == [("sleep", 5.0), ("sleep", LOCAL_MAX_BACKOFF)]
+
+
+def test_next_retry_delay_is_seconds_or_a_timedelta_else_an_invalid_argument():
+    from harvest.core.errors import InvalidArgument
+
+    assert (
+        ActivityFailure("E", "m", next_retry_delay=dt.timedelta(minutes=1.5)).to_json()["next_retry_delay"]
+        == 90.0
+    )
+    assert ActivityFailure("E", "m", next_retry_delay=3).to_json()["next_retry_delay"] == 3.0
+    assert "next_retry_delay" not in ActivityFailure("E", "m").to_json()
+    for bad in (-1, float("nan"), float("inf"), "30s", True):
+        with pytest.raises(InvalidArgument, match=r"next_retry_delay: expected seconds .* timedelta, got"):
+            ActivityFailure("E", "m", next_retry_delay=bad)  # type: ignore[arg-type]
+    # Past what harvest.fail_activity takes (0, or 1e-300 to 100 years: core.sql's _json_number),
+    # refused where it is made: the database refused the worker's report (HR001), and the attempt
+    # hung until its lease expired, its failure lost.
+    for bad in (3155760000.5, dt.timedelta(days=365 * 200), 1e-310):
+        with pytest.raises(InvalidArgument, match=r"expected seconds \(a number from 0 to 100 years\)"):
+            ActivityFailure("E", "m", next_retry_delay=bad)
+    assert ActivityFailure("E", "m", next_retry_delay=3155760000).next_retry_delay == 3155760000.0
+    assert ActivityFailure.from_json({"error_type": "E", "next_retry_delay": 3}).next_retry_delay == 3.0
+    assert ActivityFailure.from_json({"error_type": "E", "next_retry_delay": "x"}).next_retry_delay is None

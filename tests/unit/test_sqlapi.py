@@ -147,7 +147,6 @@ ROW = {
     "samples": {},
     "leader": True,
     "releases": ["1.4.2"],
-    "matched_total": 1,  # list_pending_starts_page: the window's count
     "options": '{"retry": {"max_attempts": 3}, "start_to_close": 300}',  # claim_tasks: as text
 }
 SAMPLE = {

@@ -32,7 +32,9 @@ async def told(failures: list[BaseException]) -> None:
 def beside(monkeypatch: pytest.MonkeyPatch, worker: StandIn, built: asyncio.Event, **kw: Any) -> Any:
     failures: list[BaseException] = []
 
-    async def run_worker(app: Any, config: Any, options: Any, *, database_url: Any, started: Any) -> None:
+    async def run_worker(
+        app: Any, config: Any, options: Any, *, database_url: Any, started: Any, probes: Any = None
+    ) -> None:
         await built.wait()  # (a worker whose building takes time: connections, migrations check)
         started(worker)
         await worker.stop.wait()

@@ -9,53 +9,14 @@ from __future__ import annotations
 import json
 
 import psycopg
-from psycopg.types.json import Jsonb
-from web_helpers import api_client
+from web_helpers import api_client, claimed_activity
 
 from harvest.core.errors import InvalidArgument, from_database_error
-from harvest.core.task_token import TaskToken
 from harvest.web.errors import error_response
 
 
-def _claimed_activity(db: str, options: dict) -> str:
-    """The task token of the claimed first attempt of an activity scheduled with ``options``
-    by a decision made over SQL, as a worker of any SDK makes it."""
-    with psycopg.connect(db, autocommit=True) as conn:
-        run = conn.execute(
-            "SELECT execution_id FROM harvest.start_workflow('jn', '[]', 'jn-1', 'jq')"
-        ).fetchone()[0]
-        task_id, fence = conn.execute(
-            "SELECT task_id, fencing_token FROM harvest.claim_tasks('w', ARRAY['jq'], 1)"
-        ).fetchone()
-        conn.execute(
-            "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s)",
-            (
-                task_id,
-                fence,
-                Jsonb(
-                    [
-                        {
-                            "type": "schedule_activity",
-                            "seq": 1,
-                            "name": "act",
-                            "queue": "aq",
-                            "input": [],
-                            "options": options,
-                        }
-                    ]
-                ),
-            ),
-        )
-        row = conn.execute(
-            "SELECT execution_id, task_id, seq, attempt, fencing_token"
-            " FROM harvest.claim_tasks('w', ARRAY['aq'], 1)"
-        ).fetchone()
-    assert row is not None and str(row[0]) == str(run)
-    return str(TaskToken(str(row[0]), row[1], row[2], row[3], row[4]))
-
-
 def test_an_activity_whose_retry_policy_says_2_0_fails_and_retries(db: str) -> None:
-    token = _claimed_activity(db, {"retry": {"max_attempts": 2.0, "initial_interval": 0}})
+    token = claimed_activity(db, {"retry": {"max_attempts": 2.0, "initial_interval": 0}})
     with api_client(db) as api:
         failed = api.post("/activities/fail", json={"task_token": token, "message": "boom"})
     # Before: 400 "invalid input syntax for type integer: "2.0"" at every failure, naming no field.

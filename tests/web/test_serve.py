@@ -384,3 +384,39 @@ def test_a_combined_serve_reports_its_drained_worker_and_keeps_serving(db: str) 
     assert process.returncode == 0, err
     assert "Traceback" not in err
     assert any("drained" in line and "the management API" in line for line in err.splitlines()), err
+
+
+def test_serve_health_port_serves_the_probes_of_the_worker_it_runs(db: str) -> None:
+    """A combined `harvest serve --health-port P` answers its worker's probes as `harvest worker
+    --health-port` does (the API's own /health/live says nothing of its worker's loop or
+    heartbeats); a replica that runs no worker refuses the flag with the probes it has."""
+    port, health = _free_port(), _free_port()
+    env = {**os.environ, "HARVEST_DATABASE_URL": db, "HARVEST_PROFILE": "dev", "HARVEST_ROLE": "combined"}
+    process = _run(
+        ["serve", "--port", str(port), "--app", "harvest.cli.demo:app", "--health-port", str(health)], env
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                status, body = _get(f"http://127.0.0.1:{health}/health/ready")
+                break
+            except urllib.error.HTTPError:  # 503 while the worker boots
+                assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+                time.sleep(0.05)
+        assert status == 200 and body["status"] == "ready" and body["worker_id"], body
+        assert _get(f"http://127.0.0.1:{health}/health/live") == (200, {"status": "ok"})
+    finally:
+        _, err = _stop(process)
+    assert process.returncode == 0, err[-2000:]
+
+    web = {**env, "HARVEST_ROLE": "web"}
+    result = subprocess.run(
+        [*HARVEST, "serve", "--port", "0", "--health-port", str(health)],
+        env=web,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "its role places none here: probe /api/harvest/health/live" in result.stderr.splitlines()[-1]

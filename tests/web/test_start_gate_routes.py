@@ -27,10 +27,11 @@ APP = App(workflows=[gated_send])
 T0 = "2030-01-01T00:00:00+00:00"
 
 
-def hold(dsn: str, tenant: str, n: int, prefix: str = "send") -> list[int]:
-    """``n`` + 1 throttled starts of ``tenant``: the first runs, ``n`` are held back (their ids)."""
+def hold(dsn: str, tenant: str, n: int, prefix: str = "send", at: str = T0) -> list[int]:
+    """``n`` + 1 throttled starts of ``tenant`` at ``at``: the first runs, ``n`` are held back
+    (their ids)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SELECT set_config('harvest.fake_now', %s, false)", (T0,))
+        conn.execute("SELECT set_config('harvest.fake_now', %s, false)", (at,))
         conn.execute("SELECT harvest.declare_flow_policies(%s)", (Jsonb(APP.flow_policies()),))
         for i in range(n + 1):
             conn.execute(
@@ -61,10 +62,11 @@ def test_a_read_token_lists_and_an_admin_token_discards_one_audited(db: str, tok
         assert listed.status_code == 200, listed.text
         body = listed.json()
         assert [r["id"] for r in body["pending_starts"]] == ids
-        assert body["pending_starts"][0]["shard_id"] == 0 and body["total"] == 2 and not body["truncated"]
+        assert body["pending_starts"][0]["shard_id"] == 0 and body["next_cursor"] is None
         assert "input" not in body["pending_starts"][0]  # (what a start holds is never answered)
+        assert body["pending_starts"][0]["input_bytes"] == len(json.dumps([{"tenant": "acme", "n": 1}]))
         one = api.get("/start-gates/pending", params={"limit": 1}, headers=bearer(tokens, "read")).json()
-        assert [r["id"] for r in one["pending_starts"]] == ids[:1] and one["truncated"] and one["total"] == 2
+        assert [r["id"] for r in one["pending_starts"]] == ids[:1] and one["next_cursor"]
 
         path = f"/start-gates/pending/{ids[0]}/discard"
         for scope in ("read", "operate"):  # (it loses what the starters sent: an admin's, as erasure)
@@ -130,7 +132,13 @@ def test_a_bad_discard_by_filter_is_a_400_naming_its_field(db: str, payload: dic
 
 @pytest.mark.parametrize(
     ("query", "field"),
-    [({"workflow_name": ""}, "workflow_name"), ({"kind": "burst"}, "kind"), ({"limit": 0}, "limit")],
+    [
+        ({"workflow_name": ""}, "workflow_name"),
+        ({"kind": "burst"}, "kind"),
+        ({"limit": 0}, "limit"),
+        ({"limit": 1001}, "limit"),
+        ({"cursor": "ps1.nope"}, "cursor"),
+    ],
 )
 def test_a_bad_list_parameter_is_a_400_naming_it(db: str, query: dict, field: str) -> None:
     with api_client(db) as api:
@@ -209,7 +217,7 @@ def test_the_cli_over_http_on_a_sharded_server_names_each_shard(two_shards, monk
         monkeypatch.setattr(cli_http, "TRANSPORT", api._transport)
         listed = run("--base-url", BASE, "start-gate", "list", "--output", "json")
         assert listed.exit_code == 0, (listed.stdout, listed.stderr)
-        rows = json.loads(listed.stdout)
+        rows = json.loads(listed.stdout)["pending_starts"]
         assert [(r["shard_id"], r["workflow_id"]) for r in rows] == [
             (0, "s0-acme-1"),
             (1, "s1-acme-1"),
@@ -224,33 +232,44 @@ def test_the_cli_over_http_on_a_sharded_server_names_each_shard(two_shards, monk
     assert waiting(two_shards[0]) == [] and waiting(two_shards[1]) == [] and on0
 
 
-def test_a_page_reads_the_first_limit_of_each_shard_not_the_whole_backlog(
-    db: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A page of the list asks each shard for its first ``limit`` and how many matched
-    (SqlApi.list_pending_starts_page), never every held-back start: a throttle's backlog after an
-    incident was read whole, every row into the process, for each page a read token asked."""
-    from harvest.db.sqlapi import AsyncSqlApi, SqlApi
-
-    acme, zeta = hold(db, "acme", 4), hold(db, "zeta", 2)
-    with psycopg.connect(db, autocommit=True) as conn:
-        sql = SqlApi(conn)
-        page = sql.list_pending_starts_page("gated_send", None, 3)
-        assert [r["id"] for r in page["pending_starts"]] == acme[:3] and page["total"] == 6
-        assert "matched_total" not in page["pending_starts"][0]
-        one = sql.list_pending_starts_page(id=zeta[1], limit=1)
-        assert [r["workflow_id"] for r in one["pending_starts"]] == ["send-zeta-2"] and one["total"] == 1
-        assert sql.list_pending_starts_page(kind="batch") == {"pending_starts": [], "total": 0}
-
-    async def whole(*_: object, **__: object) -> None:
-        raise AssertionError("a page read every held-back start")
-
-    monkeypatch.setattr(AsyncSqlApi, "list_pending_starts", whole)
-    with api_client(db) as api:
-        answer = api.get("/start-gates/pending", params={"limit": 2})
-        assert answer.status_code == 200, answer.text
-        body = answer.json()
-        assert [r["id"] for r in body["pending_starts"]] == acme[:2]
-        assert body["total"] == 6 and body["truncated"]
-        kind = api.get("/start-gates/pending", params={"kind": "debounce"}).json()
-        assert kind["pending_starts"] == [] and kind["total"] == 0 and not kind["truncated"]
+def test_the_list_pages_by_cursor_over_every_shard_oldest_first(two_shards) -> None:
+    """GET /start-gates/pending merges every shard's starts oldest first (ties by shard, then
+    id) and pages them by next_cursor, each shard from its own (created_at, id): a start
+    discarded between two pages moves no other onto a page already read or off the next (an
+    offset would), and each shard is read a page at a time, never its whole backlog. A cursor
+    made for other filters, or no cursor of this route's, is a 400 naming it."""
+    env = {
+        "HARVEST_SHARDS__READABLE": "0,1",
+        "HARVEST_SHARDS__WRITABLE": "0,1",
+        "HARVEST_SHARDS__URLS__0": two_shards[0],
+        "HARVEST_SHARDS__URLS__1": two_shards[1],
+    }
+    a = hold(two_shards[0], "a", 2, "s0", at="2030-01-01T00:00:00+00:00")
+    b = hold(two_shards[1], "b", 2, "s1", at="2030-01-01T00:00:01+00:00")
+    c = hold(two_shards[0], "c", 1, "s0", at="2030-01-01T00:00:02+00:00")
+    with api_client(None, env=env) as api:
+        first = api.get("/start-gates/pending", params={"limit": 2}).json()
+        assert [(r["shard_id"], r["id"]) for r in first["pending_starts"]] == [(0, a[0]), (0, a[1])]
+        with psycopg.connect(two_shards[1], autocommit=True) as conn:  # (gone before the next page)
+            conn.execute("SELECT harvest.discard_pending_start(%s)", (b[0],))
+        second = api.get("/start-gates/pending", params={"limit": 2, "cursor": first["next_cursor"]}).json()
+        assert [(r["shard_id"], r["id"]) for r in second["pending_starts"]] == [(1, b[1]), (0, c[0])]
+        assert second["next_cursor"] is None and second["status"] == "complete"
+        one = api.get("/start-gates/pending", params={"limit": 1, "workflow_name": "gated_send"}).json()
+        other = api.get(
+            "/start-gates/pending", params={"limit": 1, "kind": "debounce", "cursor": one["next_cursor"]}
+        )
+        assert other.status_code == 400 and "cursor" in other.json()["error"]["message"], other.text
+        alien = api.get(
+            "/start-gates/pending", params={"cursor": first["next_cursor"].replace("ps1.", "dl2.")}
+        )
+        assert alien.status_code == 400 and "cursor" in alien.json()["error"]["message"], alien.text
+        # shard_id is a filter as the others are: a cursor of every shard's list, passed to one
+        # shard's, named the other shard unavailable on every page, and next_cursor never ended.
+        mixed = api.get("/start-gates/pending", params={"shard_id": 1, "cursor": first["next_cursor"]})
+        assert mixed.status_code == 400 and "cursor" in mixed.json()["error"]["message"], mixed.text
+        only = api.get("/start-gates/pending", params={"shard_id": 0, "limit": 2}).json()
+        assert [(r["shard_id"], r["id"]) for r in only["pending_starts"]] == [(0, a[0]), (0, a[1])]
+        end = api.get("/start-gates/pending", params={"shard_id": 0, "cursor": only["next_cursor"]}).json()
+        assert [(r["shard_id"], r["id"]) for r in end["pending_starts"]] == [(0, c[0])]
+        assert end["next_cursor"] is None and end["unavailable_shards"] == [], end

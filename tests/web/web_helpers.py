@@ -102,3 +102,47 @@ def api_client(dsn: str | None, *, env: dict[str, str] | None = None, **options)
     options.setdefault("profile", "dev")
     app = management_app(dsn=dsn, config=load_config(env=env or {}), **options)
     return TestClient(app, headers={"Accept": "application/json"})
+
+
+def claimed_activity(db: str, options: dict, key: str = "jn-1") -> str:
+    """The task token of the claimed first attempt of an activity scheduled with ``options``
+    by a decision made over SQL, as a worker of any SDK makes it (workflow id ``key``, its
+    workflow task on jq-``key``, its activity on aq-``key``)."""
+    import psycopg
+    from psycopg.types.json import Jsonb
+
+    from harvest.core.task_token import TaskToken
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        run = conn.execute(
+            "SELECT execution_id FROM harvest.start_workflow('jn', '[]', %s, %s)", (key, f"jq-{key}")
+        ).fetchone()[0]
+        task_id, fence = conn.execute(
+            "SELECT task_id, fencing_token FROM harvest.claim_tasks('w', ARRAY[%s], 1)", (f"jq-{key}",)
+        ).fetchone()
+        conn.execute(
+            "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s)",
+            (
+                task_id,
+                fence,
+                Jsonb(
+                    [
+                        {
+                            "type": "schedule_activity",
+                            "seq": 1,
+                            "name": "act",
+                            "queue": f"aq-{key}",
+                            "input": [],
+                            "options": options,
+                        }
+                    ]
+                ),
+            ),
+        )
+        row = conn.execute(
+            "SELECT execution_id, task_id, seq, attempt, fencing_token"
+            " FROM harvest.claim_tasks('w', ARRAY[%s], 1)",
+            (f"aq-{key}",),
+        ).fetchone()
+    assert row is not None and str(row[0]) == str(run)
+    return str(TaskToken(str(row[0]), row[1], row[2], row[3], row[4]))

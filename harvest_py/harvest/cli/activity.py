@@ -15,6 +15,7 @@ from harvest.cli.output import database_url_option, emit, output_option
 from harvest.cli.payloads import Reveal, app_write_option
 from harvest.cli.shards import cli_client, routed_call
 from harvest.cli.workflow import read_json_option
+from harvest.core.durations import parse_duration
 from harvest.core.errors import ActivityFailure
 from harvest.core.task_token import TaskToken
 
@@ -71,14 +72,27 @@ def complete(
 @click.option("--error-type", default="ExternalFailure", show_default=True)
 @click.option("--message", default="", help="What went wrong.")
 @click.option("--non-retryable", is_flag=True, help="Fail for good instead of retrying per the policy.")
+@click.option(
+    "--next-retry-delay",
+    default=None,
+    help="Wait this long before the retry instead of the policy's backoff (30, 30s, 5m; a Retry-After).",
+)
 @database_url_option
 @output_option
 def fail(
-    task_token: str, error_type: str, message: str, non_retryable: bool, database_url: str | None, output: str
+    task_token: str,
+    error_type: str,
+    message: str,
+    non_retryable: bool,
+    next_retry_delay: str | None,
+    database_url: str | None,
+    output: str,
 ) -> None:
     """Fail this attempt: retried, dead-lettered or failed per the activity's retry policy."""
-    failure = ActivityFailure(error_type, message, non_retryable=non_retryable).to_json()
-    outcome = _by_token(database_url, task_token, lambda sql, t: sql.fail_activity_by_token(t, failure))
+    delay = None if next_retry_delay is None else parse_duration(next_retry_delay, "--next-retry-delay")
+    failure = ActivityFailure(error_type, message, non_retryable=non_retryable, next_retry_delay=delay)
+    report = failure.to_json()
+    outcome = _by_token(database_url, task_token, lambda sql, t: sql.fail_activity_by_token(t, report))
     emit({"task_token": task_token, "outcome": outcome}, output, lambda d: outcome)
 
 

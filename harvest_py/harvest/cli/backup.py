@@ -19,6 +19,7 @@ import click
 from harvest.cli.output import cli_config, cli_dsn, echo_error, emit, output_option
 from harvest.config import shard_urls, shards_configured
 from harvest.core.errors import HarvestError
+from harvest.core.secret_files import env_secret
 from harvest.db import SCHEMA_VERSION
 
 # The drill (and the database driver under it) is imported when it runs, never for --help
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_CANNOT_RUN = 0, 1, 2, 3
 
+SCRATCH_URL_ENV = "HARVEST_BACKUP_SCRATCH_URL"
 SHARD_WARNING = (
     "restore every shard to the same instant: a point-in-time restore that rolls shards back to "
     "different instants can leave a child alive on one shard whose parent-side ChildWorkflowStarted "
@@ -79,8 +81,8 @@ def _replay(app_target: str | None, copies: list[Any]) -> tuple[list[Problem], d
     "--scratch-url",
     default=None,
     help="A server DSN whose role may CREATE DATABASE, for the scratch copies (default: the live "
-    "database's server and role). Prefer HARVEST_BACKUP_SCRATCH_URL.",
-    envvar="HARVEST_BACKUP_SCRATCH_URL",
+    "database's server and role). Prefer HARVEST_BACKUP_SCRATCH_URL (or HARVEST_BACKUP_SCRATCH_URL_FILE).",
+    envvar=SCRATCH_URL_ENV,
 )
 @click.option(
     "--app",
@@ -97,6 +99,9 @@ def verify(database_url: str | None, scratch_url: str | None, app_target: str | 
     try:
         config = cli_config()
         dsn = cli_dsn(database_url)
+        # (click read the variable; its _FILE spelling, and both set, are env_secret's)
+        from_env = env_secret(SCRATCH_URL_ENV)
+        scratch_url = scratch_url or from_env
         sources = shard_urls(config, dsn) if shards_configured(config) else {0: dsn}
         if len(sources) > 1:
             _say(f"warning: {SHARD_WARNING}")

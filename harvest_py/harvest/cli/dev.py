@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import os
 import shlex
 import signal
 import socket
@@ -16,6 +15,7 @@ import click
 
 from harvest.cli.output import log_format_option
 from harvest.core.errors import ConfigError
+from harvest.core.secret_files import env_secret
 
 # The database driver and asyncio are imported when the runner starts, never for --help
 # (tests/unit/test_startup.py).
@@ -81,8 +81,9 @@ def dev(
     """
     import asyncio
 
+    from harvest.cli.appname import name_connections
     from harvest.cli.worker import load_app
-    from harvest.db.connection import redact
+    from harvest.db.connection import PROCESS_APPLICATION_NAMES, redact
     from harvest.db.embedded import EmbeddedPostgres, bin_dir
     from harvest.db.migrate import Migrator
     from harvest.telemetry.logs import configure_logging
@@ -91,12 +92,13 @@ def dev(
 
     configure_logging("INFO", log_format)
     freeze_at_exit()  # (the process ends with the command: its exit need not free every module)
+    name_connections(PROCESS_APPLICATION_NAMES["dev"])
     # mypy does not narrow by an import: the demo's binds app when None (the two ignores below)
     app = load_app(target) if target else None
     if app is None:
         from harvest.cli.demo import app
     server = None
-    dsn = os.environ.get(DEV_DSN_ENV)
+    dsn = env_secret(DEV_DSN_ENV)
     if dsn and data_dir is not None:
         raise click.UsageError(f"--data-dir is the embedded database's; {DEV_DSN_ENV} names another one")
     if dsn:

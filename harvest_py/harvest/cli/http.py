@@ -518,9 +518,6 @@ def http_session(settings: HttpSettings) -> Iterator[Http]:
 HISTORY_PAGE = 1000
 # The entries a stack read for a timeout's hint asks for in each list: the route's largest.
 STACK_LIMIT_MAX = 10_000
-# The held-back starts one request of `start-gate list` asks for: the route's bound
-# (harvest.web.routes.start_gates.LIST_LIMIT_MAX); more is refused, never printed cut short.
-LIST_ALL = 10_000
 
 
 class HttpApi:
@@ -672,6 +669,8 @@ class HttpApi:
             "non_retryable": failure.get("non_retryable"),
             "details": failure.get("details"),
         }
+        if failure.get("next_retry_delay") is not None:  # (absent otherwise: a server before it refuses it)
+            body["next_retry_delay"] = failure["next_retry_delay"]
         return self.http.post("/activities/fail", body)["outcome"]
 
     def heartbeat_activity_by_token(self, token: str, details: Any) -> Any:
@@ -713,7 +712,7 @@ class HttpApi:
             }
         )
         budget = max(self.http.settings.timeout, BULK_WRITE_SECS)
-        scope = "admin" if action == "terminate" else "operate"
+        scope = "admin" if action in ("terminate", "reset") else "operate"
         return _obj(self.http.post(f"/workflows/{action}", body, scope=scope, timeout=budget))
 
     def bulk_dead_letters(
@@ -747,23 +746,8 @@ class HttpApi:
         scope = "admin" if action == "discard" else "operate"
         return _obj(self.http.post(f"/dead-letters/{action}", body, scope=scope, timeout=budget))
 
-    # held-back starts (the routes answer per shard: each_shard spreads a PerShard over its
-    # shards; a discard by id on self.shard, the server's default shard when None)
-    def list_pending_starts(self, workflow_name: str | None = None) -> PerShard:
-        answer = _obj(self.http.get("/start-gates/pending", workflow_name=workflow_name, limit=LIST_ALL))
-        if answer.get("truncated"):
-            raise InvalidArgument(
-                f"{answer.get('total')} held-back starts: more than the {LIST_ALL} one request lists; "
-                "name a workflow (--workflow-name), or list over SQL (--database-url)"
-            )
-        results: dict[int, Any] = {}
-        for row in _rows(answer.get("pending_starts")):
-            results.setdefault(int(row["shard_id"]), []).append(_untagged(row))
-        missed = list(answer.get("unavailable_shards") or [])
-        return PerShard(
-            results, missed, answer.get("status"), bool(answer.get("sharded")), reasons=_reasons(answer)
-        )
-
+    # held-back starts (a discard by id on self.shard, the server's default shard when None; the
+    # list is HttpReads.list_pending_starts, paged by cursor)
     def discard_pending_start(
         self, pending_start_id: int, operator_id: str | None = None, reason: str | None = None
     ) -> dict[str, Any]:
@@ -1314,6 +1298,18 @@ class HttpReads:
     ) -> Merged[Any]:
         answer = self.http.get("/admin/audit", limit=limit, operation=operation, cursor=cursor)
         return _merged(answer, "entries")
+
+    def list_pending_starts(
+        self,
+        workflow_name: str | None = None,
+        kind: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Merged[Any]:
+        answer = self.http.get(
+            "/start-gates/pending", workflow_name=workflow_name, kind=kind, limit=limit, cursor=cursor
+        )
+        return _merged(answer, "pending_starts")
 
     def list_dags(self) -> Merged[Any]:
         return _merged(self.http.get("/dags"), "dags")

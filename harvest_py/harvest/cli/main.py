@@ -12,15 +12,13 @@ from typing import Any, NamedTuple, NoReturn, cast
 
 import click
 
+# (the application_name of every connection a command opens: harvest.cli.appname)
+from harvest.cli.appname import CLI_APPLICATION_NAME, DEFAULT_APPLICATION_NAME_KEY
 from harvest.core.errors import HarvestError
 
 # This module is all `harvest --help` imports (besides click and harvest.core.errors): each
 # command's module, and what it needs (the database driver, the config, the web server, the
 # worker), is imported when that command is resolved. tests/unit/test_cli_lazy.py holds it.
-
-# The application_name of every connection a command opens (libpq reads PGAPPNAME):
-# the audit log records operator actions made through the CLI with source cli.
-CLI_APPLICATION_NAME = "harvest-cli"
 
 
 _OWN_CONFIG_PATH_KEY = "harvest.own_config_path"
@@ -156,6 +154,7 @@ class HarvestGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         previous = os.environ.get("PGAPPNAME")
         os.environ["PGAPPNAME"] = previous or CLI_APPLICATION_NAME
+        ctx.meta[DEFAULT_APPLICATION_NAME_KEY] = not previous
         # The invoked subcommand's own --config (`harvest worker --config x.toml app:app`) is
         # the config file of this invocation: found before the root callback loads it.
         ctx.meta[_OWN_CONFIG_PATH_KEY] = _own_config_path(ctx)

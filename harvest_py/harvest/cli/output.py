@@ -35,6 +35,7 @@ from harvest.config import Config, database_url, load_config
 from harvest.core.errors import ConfigError, HarvestError, InvalidArgument, with_lookup_hint
 from harvest.core.ids import MAX_SHARD, ROW_ID_MAX
 from harvest.core.json_values import json_default
+from harvest.core.secret_files import env_secret
 from harvest.core.text import escape_controls
 
 OUTPUT_CHOICES = click.Choice(["table", "json"])
@@ -157,9 +158,11 @@ def scrub(text: str) -> str:
     import os
     import sys
 
+    from harvest.core.secret_files import env_secret_or_none
     from harvest.db.connection import DSN_ENV, redact
 
-    dsns = [os.environ.get(DSN_ENV), os.environ.get("HARVEST_DEV_DATABASE_URL")]
+    # (each from its variable or from the file its _FILE variable names)
+    dsns = [env_secret_or_none(DSN_ENV), env_secret_or_none("HARVEST_DEV_DATABASE_URL")]
     argv = sys.argv[1:]
     for i, arg in enumerate(argv):
         if arg == "--database-url" and i + 1 < len(argv):
@@ -173,7 +176,7 @@ def scrub(text: str) -> str:
     for dsn in dsns:
         text = redact(text, dsn)
     # The API token (--token, HARVEST_TOKEN) never shows either.
-    tokens = [os.environ.get("HARVEST_TOKEN")]
+    tokens = [env_secret_or_none("HARVEST_TOKEN")]
     for i, arg in enumerate(argv):
         if arg == "--token" and i + 1 < len(argv):
             tokens.append(argv[i + 1])
@@ -236,6 +239,17 @@ def operator_id_option(f: FC) -> FC:
     )(f)
 
 
+def signal_reapply_option(f: FC) -> FC:
+    """A reset's --signal-reapply (`workflow reset`, `workflow bulk-reset`)."""
+    return click.option(
+        "--signal-reapply",
+        type=click.Choice(["drop", "buffer"]),
+        default="drop",
+        show_default=True,
+        help="Signals received after the reset point: drop them, or carry them into the fork.",
+    )(f)
+
+
 def database_url_option(f: FC) -> FC:
     return click.option(
         "--database-url",
@@ -254,6 +268,28 @@ def log_format_option(f: FC) -> FC:
         help="json: one object per line, with execution_id, workflow, activity, attempt and trace_id on "
         "the lines of workflow and activity code (docs/observability.md).",
     )(f)
+
+
+def health_options(whose: str) -> Callable[[FC], FC]:
+    """``--health-port`` and ``--health-host``: the worker's probes (harvest/worker/probes.py) of
+    a process that runs one (`harvest worker`, `harvest serve`); ``whose``: which worker."""
+
+    def add(f: FC) -> FC:
+        f = click.option(
+            "--health-host",
+            default="127.0.0.1",
+            show_default=True,
+            help="The address --health-port binds (0.0.0.0: every interface, for the kubelet's probes).",
+        )(f)
+        return click.option(
+            "--health-port",
+            default=None,
+            type=click.IntRange(1, 65535),
+            help=f"Serve the liveness and readiness probes of {whose} on http://HOST:PORT/health/live "
+            "and /health/ready (docs/operations.md, Kubernetes).",
+        )(f)
+
+    return add
 
 
 def _global_output(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -591,7 +627,7 @@ def selected(database_url: str | None = None) -> HttpSettings | None:
         return HttpSettings(env_url, _token(options), _timeout(options))
     from harvest.config.config import DSN_ENV
 
-    if os.environ.get(DSN_ENV) or cli_config().get("database_url") or _shards(cli_config()):
+    if env_secret(DSN_ENV) or cli_config().get("database_url") or _shards(cli_config()):
         return None
     url = default_base_url(cli_config().get("web.port"))
     return HttpSettings(url, _token(options), _timeout(options), implicit=True)
@@ -604,7 +640,7 @@ def _shards(config: Any) -> bool:
 
 
 def _token(options: RootOptions) -> str | None:
-    return options.token or os.environ.get(TOKEN_ENV) or None
+    return options.token or env_secret(TOKEN_ENV)
 
 
 def refuse_dsn_only() -> None:

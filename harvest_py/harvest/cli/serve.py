@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from harvest.cli.http import DEFAULT_PORT, MOUNT
-from harvest.cli.output import cli_config, database_url_option, log_format_option
+from harvest.cli.output import cli_config, database_url_option, health_options, log_format_option
 from harvest.core.errors import ConfigError, HarvestError
 from harvest.core.extras import missing_extra
 
@@ -177,6 +177,7 @@ class PlacedRuntimes:
         self.on_failure: Callable[[], None] = lambda: None  # the server's stop
         # A remote drain of the worker: what the API reports of this process from then on.
         self.on_drained: Callable[[Any, datetime], None] = lambda worker, at: None
+        self.probes: Any = None  # (--health-port's WorkerProbes: the runtimes' liveness and readiness)
 
     def __bool__(self) -> bool:
         return self.options is not None
@@ -210,6 +211,7 @@ class PlacedRuntimes:
             name="harvest-runtimes",
             on_failure=ended,
             on_drained=drained,
+            probes=self.probes,
         )
         try:
             yield
@@ -238,6 +240,7 @@ def curl_line(base: str, route: str = "/workflows/greet/start", body: str = '{"i
 )
 @click.option("--app", "app_target", default=None, help="module:app whose workflow catalog the API serves.")
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]))
+@health_options("the worker this replica runs (its role places one)")
 @log_format_option
 @database_url_option
 def serve(
@@ -245,6 +248,8 @@ def serve(
     port: int | None,
     app_target: str | None,
     log_level: str,
+    health_port: int | None,
+    health_host: str,
     log_format: str,
     database_url: str | None,
 ) -> None:
@@ -264,6 +269,10 @@ def serve(
     config = cli_config()
     if config.get("role") is None:
         config = config.with_overrides({"role": ("web", "harvest serve")})
+    from harvest.cli.appname import name_connections
+    from harvest.db.connection import PROCESS_APPLICATION_NAMES
+
+    name_connections(PROCESS_APPLICATION_NAMES["web"])  # (each request's transaction names its face)
     app = None
     if app_target:
         from harvest.cli.worker import load_app
@@ -275,6 +284,15 @@ def serve(
 
         dsn = cli_dsn(database_url)
     runtimes = PlacedRuntimes(app, config, dsn)
+    if health_port is not None:
+        if not runtimes:
+            raise ConfigError(
+                "harvest serve --health-port serves the probes of a worker this replica runs, and its "
+                "role places none here: probe /api/harvest/health/live and /health/ready instead"
+            )
+        from harvest.worker.probes import probes_on
+
+        runtimes.probes = probes_on(health_port, health_host)
     api = management_app(dsn=dsn, config=config, app=app, runtimes_failure=lambda: runtimes.failure)
     if not runtimes:
         # The process's startup line and notes, as a worker logs them: a web replica's retention

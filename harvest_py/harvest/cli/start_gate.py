@@ -15,6 +15,7 @@ import click
 
 from harvest.cli.output import (
     ISO_TIME,
+    PAGE,
     ROW_ID,
     SHARD_NUMBER,
     database_url_option,
@@ -25,7 +26,15 @@ from harvest.cli.output import (
     output_option,
     table,
 )
-from harvest.cli.shards import InTurn, each_shard, report_shard_write, shard_api
+from harvest.cli.shards import (
+    InTurn,
+    each_shard,
+    emit_merged,
+    read_shards,
+    report_shard_write,
+    shard_api,
+    with_page_footer,
+)
 from harvest.core.errors import InvalidArgument
 
 LIST_COLUMNS = [
@@ -39,8 +48,11 @@ LIST_COLUMNS = [
     "created_at",
     "release_at",
     "attempts",
+    "input_bytes",
+    "offloaded_bytes",
     "last_error",
 ]
+KINDS = ["throttle", "debounce", "batch"]  # what holds a start back (list_pending_starts' kind)
 MANY_COLUMNS = ["shard_id", "matched", "discarded", "skipped", "payloads_erased", "ids"]
 
 
@@ -53,13 +65,31 @@ def start_gate() -> None:
 @click.option(
     "--workflow-name", default=None, callback=non_empty_option, help="Only this workflow's held-back starts."
 )
+@click.option(
+    "--kind", type=click.Choice(KINDS), default=None, help="Only those this kind of gate holds back."
+)
+@click.option("--limit", default=100, show_default=True, type=PAGE, help="At most this many (max 1000).")
+@click.option("--cursor", default=None, help="next_cursor from the previous page (every shard).")
 @database_url_option
 @output_option
-def list_(workflow_name: str | None, database_url: str | None, output: str) -> None:
-    """Every held-back start (a throttled start, a debounce's or a batch's gathered burst), per shard."""
-    fan = each_shard(database_url, lambda api: api.list_pending_starts(workflow_name))
-    rows = [{"shard_id": s, **row} for s, found in sorted(fan.results.items()) for row in found]
-    emit(rows, output, lambda r: table(r, LIST_COLUMNS))
+def list_(
+    workflow_name: str | None,
+    kind: str | None,
+    limit: int,
+    cursor: str | None,
+    database_url: str | None,
+    output: str,
+) -> None:
+    """Held-back starts (a throttled start, a debounce's or a batch's gathered burst) over every
+    shard, oldest first, with each one's input size; page with --cursor."""
+    merged = read_shards(
+        database_url, lambda reads: reads.list_pending_starts(workflow_name, kind, limit, cursor)
+    )
+
+    def render(rows: list[dict[str, Any]]) -> str:
+        return with_page_footer(table(rows, LIST_COLUMNS), rows, "held-back start(s)", merged)
+
+    emit_merged(merged, "pending_starts", output, render)
 
 
 @start_gate.command("discard")
@@ -93,7 +123,7 @@ def discard(
 @start_gate.command("discard-many")
 @click.option("--workflow-name", default=None, help="The workflow whose held-back starts to discard.")
 @click.option("--gate-key", default=None, help="Only the starts of this gate key (list shows it).")
-@click.option("--kind", type=click.Choice(["throttle", "debounce", "batch"]), default=None)
+@click.option("--kind", type=click.Choice(KINDS), default=None)
 @click.option("--created-after", type=ISO_TIME, default=None, help="Held back at or after (RFC 3339).")
 @click.option("--created-before", type=ISO_TIME, default=None, help="Held back before (RFC 3339): their age.")
 @click.option(

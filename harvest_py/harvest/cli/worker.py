@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from harvest.cli.output import log_format_option
+from harvest.cli.output import health_options, log_format_option
 from harvest.core.errors import ConfigError
 from harvest.declare.definitions import App
 from harvest.worker.options import WorkerOptions
@@ -174,19 +174,7 @@ def _import_failed(module_name: str, target: str, exc: Exception) -> ConfigError
     show_default=True,
     help="The address --metrics-port binds (0.0.0.0: every interface, for a scraper on another host).",
 )
-@click.option(
-    "--health-port",
-    default=None,
-    type=click.IntRange(1, 65535),
-    help="Serve the liveness and readiness probes on http://HOST:PORT/health/live and /health/ready "
-    "(docs/operations.md, Kubernetes).",
-)
-@click.option(
-    "--health-host",
-    default="127.0.0.1",
-    show_default=True,
-    help="The address --health-port binds (0.0.0.0: every interface, for the kubelet's probes).",
-)
+@health_options("this worker")
 @click.option(
     "--metrics-interval",
     default=None,
@@ -246,6 +234,11 @@ def worker(
         }
     )
     plan = runtime_plan(config)
+    from harvest.cli.appname import name_connections
+    from harvest.db.connection import process_application_name
+
+    # (harvest-worker, or harvest-scheduler / harvest-retention for a process without a claim loop)
+    name_connections(process_application_name(worker=plan.worker.value, scheduler=plan.scheduler.value))
     from harvest.telemetry.logs import configure_logging
     from harvest.worker.collector import freeze_at_exit
     from harvest.worker.event_loop import choose_event_loop
@@ -264,13 +257,9 @@ def worker(
         # Its own port, not the metrics one: that is prometheus-client's server (an optional
         # extra, answering the registry on every path) and often bound where only a scraper
         # reaches; the probes need neither, and must answer the kubelet on the pod's address.
-        from harvest.worker.probes import WorkerProbes, serve_probes
+        from harvest.worker.probes import probes_on
 
-        probes = WorkerProbes()
-        serve_probes(probes, health_port, health_host)
-        logging.getLogger("harvest.worker").info(
-            "probes on http://%s:%d/health/live and /health/ready", health_host, health_port
-        )
+        probes = probes_on(health_port, health_host)
     loop = choose_event_loop(config.get("worker.event_loop", "auto"))
     app = load_app(target)
     resolve_queues(app, config)  # an undeclared queue stops the boot here (run_worker logs the rest)
@@ -291,13 +280,8 @@ def worker(
 
         tune_collector()
     logging.getLogger("harvest.worker").info("harvest worker: event loop %s", loop.name)
-    if probes is None:
-        loop.run(run_worker(app, config, options, database_url=database_url, install_signal_handlers=True))
-        return
-    from harvest.worker.probes import run_probed
-
-    probes.stall_after = options.liveness_stall_after
-    running = run_worker(
-        app, config, options, database_url=database_url, install_signal_handlers=True, started=probes.attach
+    loop.run(
+        run_worker(
+            app, config, options, database_url=database_url, install_signal_handlers=True, probes=probes
+        )
     )
-    loop.run(run_probed(probes, running))

@@ -26,6 +26,7 @@ from harvest.cli.output import (
     output_option,
     read_input_bounded,
     selected,
+    signal_reapply_option,
     table,
 )
 from harvest.cli.payloads import Reveal, app_option, app_write_option, signal_payload_options
@@ -702,6 +703,30 @@ def _pause_or_resume(
     )
 
 
+# How many characters of an activity's heartbeat details `harvest workflow stack` prints on its
+# line (decoded by --app they may be longer than the stack's own cap, 4096 bytes of JSON).
+PROGRESS_CHARS = 200
+
+
+def progress_line(activity: dict[str, Any]) -> str:
+    """An activity's last heartbeat on one line: when, and its details (ctx.heartbeat(details)),
+    cut at PROGRESS_CHARS; the stack's clipped details as it clipped them; redacted ones (a
+    token that sees no payloads) by their size."""
+    details = activity.get("heartbeat_details")
+    if details is None:
+        shown = "no details"
+    elif isinstance(details, dict) and details.get("redacted") is True:
+        shown = f"details redacted ({details.get('bytes')} bytes)"
+    elif activity.get("heartbeat_details_clipped") and isinstance(details, str):
+        shown = escape_controls(details, newlines=False)  # (its first 200 characters and its size)
+    else:
+        text = escape_controls(json.dumps(details, default=json_default, ensure_ascii=False), newlines=False)
+        shown = (
+            text if len(text) <= PROGRESS_CHARS else f"{text[:PROGRESS_CHARS]}... ({len(text)} characters)"
+        )
+    return f"  seq {activity['seq']} last heartbeat {activity['heartbeat_at']}: {shown}"
+
+
 @workflow.command("stack")
 @click.argument("execution_id", callback=execution_id_argument)
 @click.option(
@@ -720,8 +745,8 @@ def _pause_or_resume(
 def stack(
     execution_id: str, limit: int, app_target: str | None, database_url: str | None, output: str
 ) -> None:
-    """What an execution is waiting on now, and its last event id (a failure's details decoded
-    with --app's codecs)."""
+    """What an execution is waiting on now, and its last event id; each activity's last heartbeat
+    (a failure's and a heartbeat's details decoded with --app's codecs)."""
     reveal = Reveal(app_target)
     # An encoded payload shows what it is, or decoded by --app (docs/payloads.md).
     data = routed_read(
@@ -787,6 +812,9 @@ def stack(
                     for a in d["pending_activities"]
                     if a.get("last_failure")
                 ),
+                # Its progress: its last heartbeat, when and its details (ctx.heartbeat(details)),
+                # one line an activity (absent from a server of an older release).
+                *(progress_line(a) for a in d["pending_activities"] if a.get("heartbeat_at")),
             ]
         if d["timers"]:
             parts += ["", "timers:", table(d["timers"], ["seq", "fire_at", "status"]), *more(d, "timers")]
@@ -1119,13 +1147,7 @@ RESET_KEYS = [
 @click.option("--to-event", required=True, type=ROW_ID, help="The last event id the fork keeps.")
 @click.option("--reason", required=True, help="Why (recorded on both runs).")
 @click.option("--operator-id", default=None, help="Who you are, for the record.")
-@click.option(
-    "--signal-reapply",
-    type=click.Choice(["drop", "buffer"]),
-    default="drop",
-    show_default=True,
-    help="Signals received after the boundary: drop them, or carry them into the fork.",
-)
+@signal_reapply_option
 @click.option(
     "--dry-run",
     is_flag=True,

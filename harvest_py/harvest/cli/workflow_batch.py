@@ -1,6 +1,6 @@
-"""`harvest workflow bulk-cancel`, `bulk-terminate`, `bulk-signal`, `bulk-pause`, `bulk-resume`: act
-on every live run a filter selects, on every shard (harvest.client.batch; docs/operations.md,
-"Acting on many runs")."""
+"""`harvest workflow bulk-cancel`, `bulk-terminate`, `bulk-signal`, `bulk-pause`, `bulk-resume`,
+`bulk-reset`: act on every run a filter selects, on every shard (harvest.client.batch;
+docs/operations.md, "Acting on many runs", "Resetting many runs")."""
 
 from __future__ import annotations
 
@@ -12,9 +12,24 @@ from typing import Any
 import click
 from click.decorators import FC
 
-from harvest.cli.output import ISO_TIME, database_url_option, emit, operator_id_option, output_option, table
+from harvest.cli.output import (
+    ISO_TIME,
+    database_url_option,
+    emit,
+    operator_id_option,
+    output_option,
+    signal_reapply_option,
+    table,
+)
 from harvest.cli.payloads import app_write_option, signal_payload_options
-from harvest.client.batch import BATCH_STEP, BATCH_STEP_MAX, BatchTally, run_batch
+from harvest.client.batch import (
+    BATCH_STEP,
+    BATCH_STEP_MAX,
+    RESET_POINTS,
+    BatchTally,
+    reset_point_problem,
+    run_batch,
+)
 from harvest.core.errors import InvalidArgument
 
 # The exit code of a batch that left something undone: a run it could not act on (failed), or a
@@ -27,6 +42,7 @@ DONE = {
     "signal": "signalled",
     "pause": "paused",
     "resume": "resumed",
+    "reset": "reset",
 }
 
 
@@ -43,6 +59,7 @@ BATCH_ID_HELP = {
     "signal": "Go on with a batch (its batch_id): a run it signalled is not signalled again.",
     "pause": f"{_AUDIT_ID} A run paused already counts unchanged.",
     "resume": f"{_AUDIT_ID} A run not paused counts unchanged.",
+    "reset": "Go on with a batch (its batch_id): a run it reset, or a fork it made, is not reset again.",
 }
 
 
@@ -156,6 +173,9 @@ def _batch(
     reason: str | None = None,
     signal_name: str | None = None,
     payload: Any = None,
+    reset_to: str = "before_time",
+    before: Any = None,
+    signal_reapply: str = "drop",
 ) -> None:
     from harvest.cli.output import progress, selected
     from harvest.cli.shards import each_shard_in_turn
@@ -180,6 +200,8 @@ def _batch(
             "--created-after, --created-before, --failing or --filter (a state alone would select "
             "every live run)"
         )
+    if action == "reset" and (problem := reset_point_problem(reset_to, before, dry_run)):
+        raise InvalidArgument(f"bulk-reset --to {reset_to} --before: {problem}")
     options = {
         "reason": reason,
         "signal_name": signal_name,
@@ -187,6 +209,9 @@ def _batch(
         "limit": batch,
         "operator_id": operator,
         "batch_id": batch_id,
+        "reset_to": reset_to,
+        "before": before,
+        "signal_reapply": signal_reapply,
     }
     settings = selected(database_url)
 
@@ -225,13 +250,15 @@ def _batch(
     if matched == 0 and not preview.unavailable:
         _emit(preview, output)
         return
-    if action == "terminate" and not yes:
+    if action in ("terminate", "reset") and not yes:
+        what = "end" if action == "terminate" else "reset (each forked from its point)"
         if not sys.stdin.isatty():
             raise InvalidArgument(
-                f"bulk-terminate would end {matched} run(s) at once: pass --yes to confirm "
+                f"bulk-{action} would {what} {matched} run(s) at once: pass --yes to confirm "
                 "(or --dry-run to see them first)"
             )
-        click.confirm(f"terminate {matched} run(s) now (no cleanup code runs)?", abort=True, err=True)
+        question = "(no cleanup code runs)" if action == "terminate" else f"to {reset_to}"
+        click.confirm(f"{action} {matched} run(s) now {question}?", abort=True, err=True)
     options["batch_id"] = options["batch_id"] or preview.batch_id
     with progress(matched, f"{action} runs", enabled=output != "json") as bar:
         done = execute(False, bar)
@@ -247,7 +274,8 @@ class _NullBar:
 def _emit(tally: BatchTally, output: str) -> None:
     def render(d: dict[str, Any]) -> str:
         if d["dry_run"]:
-            head = f"dry run: {d['matched']} live run(s) selected, nothing written"
+            which = "" if d["action"] == "reset" else "live "
+            head = f"dry run: {d['matched']} {which}run(s) selected, nothing written"
             sample = d.get("execution_ids") or []
             lines = [head] + ([f"  e.g. {', '.join(sample[:20])}"] if sample else [])
         else:
@@ -352,4 +380,35 @@ def bulk_resume(**options: Any) -> None:
     _batch("resume", **options)
 
 
-COMMANDS = (bulk_cancel, bulk_terminate, bulk_signal, bulk_pause, bulk_resume)
+@click.command("bulk-reset")
+@click.option("--reason", required=True, help="Why (recorded in each source's and fork's history).")
+@click.option(
+    "--to",
+    "reset_to",
+    type=click.Choice(RESET_POINTS),
+    default="before_time",
+    show_default=True,
+    help="The point in each run's history: the last completed workflow task written before --before "
+    "(what the bad code wrote is not replayed), or its first (everything is done again).",
+)
+@click.option(
+    "--before",
+    default=None,
+    type=ISO_TIME,
+    help="The bad deploy's time (RFC 3339), for --to before_time (required there, refused otherwise).",
+)
+@signal_reapply_option
+@click.option("--yes", is_flag=True, help="Reset without asking (needed when stdin is no terminal).")
+@_batch_options("reset")
+def bulk_reset(**options: Any) -> None:
+    """Reset every RUNNING run the filter selects (runs stuck on a bad deploy's workflow code),
+    on every shard, each to the point --to names in its own history (admin).
+
+    Each source ends TERMINATED and its fork runs under the current code. A run is reset once per
+    batch. A terminal run cannot be reset (a FAILED one included): an activity's failure is
+    recovered from its dead letter (harvest dlq bulk-replay). Asks first unless --yes. Exit codes
+    as bulk-cancel."""
+    _batch("reset", **options)
+
+
+COMMANDS = (bulk_cancel, bulk_terminate, bulk_signal, bulk_pause, bulk_resume, bulk_reset)

@@ -12,16 +12,30 @@ from typing import TYPE_CHECKING
 from harvest.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from harvest.client.client import AsyncClient, AsyncWorkflowHandle, Client, StartOptions, WorkflowHandle
+    from harvest.client.client import (
+        AsyncClient,
+        AsyncWorkflowHandle,
+        Children,
+        Client,
+        Page,
+        StartOptions,
+        WorkflowHandle,
+    )
     from harvest.client.messages import UpdateHandle
 
-__all__ = ["AsyncClient", "AsyncWorkflowHandle", "Client", "StartOptions", "UpdateHandle", "WorkflowHandle"]
+__all__ = [
+    "AsyncClient",
+    "AsyncWorkflowHandle",
+    "Children",
+    "Client",
+    "Page",
+    "StartOptions",
+    "UpdateHandle",
+    "WorkflowHandle",
+]
 
 _WHERE = {
-    **dict.fromkeys(
-        ["AsyncClient", "AsyncWorkflowHandle", "Client", "StartOptions", "WorkflowHandle"],
-        "harvest.client.client",
-    ),
+    **dict.fromkeys([name for name in __all__ if name != "UpdateHandle"], "harvest.client.client"),
     "UpdateHandle": "harvest.client.messages",
 }
 

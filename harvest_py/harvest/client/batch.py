@@ -1,4 +1,4 @@
-"""Cancel, terminate, signal, pause or resume the live runs a filter selects, on every shard
+"""Cancel, terminate, signal, pause, resume or reset the runs a filter selects, on every shard
 (docs/operations.md, "Acting on many runs"): the batch executor the CLI, the HTTP route and
 ``Client.act_on_workflows`` share.
 
@@ -29,7 +29,7 @@ from harvest.core.batches import BATCH_STEP_MAX as BATCH_STEP_MAX
 from harvest.core.errors import InvalidArgument
 from harvest.core.stepper import Do, Flow, adriven, driven
 
-ACTIONS = ("cancel", "terminate", "signal", "pause", "resume")
+ACTIONS = ("cancel", "terminate", "signal", "pause", "resume", "reset")
 # Failures listed in a summary (each is counted in failed all the same).
 FAILURES_SHOWN = 100
 # The HTTP cursor's prefix (a batch's position on every shard, and its id).
@@ -67,6 +67,9 @@ class StepKeywords(TypedDict):
     dry_run: bool
     operator_id: str | None
     batch_id: str | None
+    reset_to: str
+    before: Any
+    signal_reapply: str
 
 
 STEP_KEYS: tuple[str, ...] = tuple(StepKeywords.__annotations__)
@@ -95,12 +98,34 @@ def step_keywords(arguments: Mapping[str, Any]) -> StepKeywords:
         dry_run=arguments["dry_run"],
         operator_id=arguments["operator_id"],
         batch_id=arguments["batch_id"],
+        reset_to=arguments["reset_to"],
+        before=arguments["before"],
+        signal_reapply=arguments["signal_reapply"],
     )
 
 
 def check_action(action: str) -> None:
     if action not in ACTIONS:
         raise InvalidArgument(f"unknown batch action {action!r}: use one of {', '.join(ACTIONS)}")
+
+
+# A batch reset's points (harvest.reset_workflows' p_reset_to; docs/operations.md, "Resetting many
+# runs"): before_time, the last valid boundary written before ``before`` (the bad deploy's time),
+# and first_workflow_task.
+RESET_POINTS = ("before_time", "first_workflow_task")
+
+
+def reset_point_problem(reset_to: str | None, before: Any, dry_run: bool = False) -> str | None:
+    """What is wrong with a batch reset's point and its time (the field is ``before``), as the SQL
+    says it (HR001; a dry run, a count, needs no time); None when nothing: the CLI, the HTTP route
+    and the dashboard ask first."""
+    if reset_to not in RESET_POINTS:
+        return f"unknown reset point {reset_to!r}: use {' or '.join(RESET_POINTS)}"
+    if reset_to == "before_time" and before in (None, "") and not dry_run:
+        return "the reset point before_time needs a time: the bad deploy's (e.g. 2026-05-03T14:00:00Z)"
+    if reset_to == "first_workflow_task" and before not in (None, ""):
+        return "a time is only for the reset point before_time: leave it out, or use before_time"
+    return None
 
 
 @dataclass
@@ -241,6 +266,10 @@ def _start(
 ) -> tuple[BatchTally, dict[str, Any]]:
     """A batch's tally and the arguments of each of its steps."""
     check_action(action)
+    if action == "reset" and (
+        problem := reset_point_problem(options.get("reset_to"), options.get("before"), dry_run)
+    ):
+        raise InvalidArgument(problem)
     tally = BatchTally(action, dry_run, batch_id or str(uuid.uuid4()))
     return tally, step_arguments(filters, {**options, "dry_run": dry_run, "batch_id": tally.batch_id})
 

@@ -19,6 +19,7 @@ import dataclasses
 import difflib
 import functools
 import inspect
+import json
 import threading
 import time
 import uuid
@@ -54,6 +55,7 @@ from harvest.core.errors import (
     failure_line,
 )
 from harvest.core.ids import shard_of
+from harvest.core.json_values import json_default
 from harvest.core.receipts import SignalReceipt
 from harvest.core.statuses import LIVE_STATUSES
 from harvest.core.stepper import Do as _Do
@@ -141,12 +143,22 @@ def _outcome(execution: dict[str, Any], definition: WorkflowDefinition | None) -
     if status == "FAILED":
         raise WorkflowFailed(execution_id, failure)
     if status == "CANCELLED":
-        raise WorkflowCancelled(f"workflow {execution_id} was cancelled: {reason}")
+        raise WorkflowCancelled(f"workflow {execution_id} was cancelled: {_cancel_reason(failure, reason)}")
     if status == "TERMINATED":
         raise WorkflowTerminated(f"workflow {execution_id} was terminated: {reason}")
     if status == "TIMED_OUT":
         raise WorkflowTimedOut(f"workflow {execution_id} timed out: {reason}")
     raise WorkflowFailed(execution_id, {"error_type": status, "message": f"run ended {status}"})
+
+
+def _cancel_reason(failure: dict[str, Any], message: str) -> str:
+    """A cancelled run's reason: its details (the cancel's reason unless the workflow gave its
+    own), decoded. The stored message is their text as the worker's codecs left them, an
+    envelope's or an offload reference's JSON under codecs (functions/decide.sql)."""
+    details = failure.get("details")
+    if details is None:
+        return message
+    return details if isinstance(details, str) else json.dumps(details, default=json_default)
 
 
 def _not_deferred(handle: Any) -> None:
@@ -488,6 +500,15 @@ def _read_run(handle: Any, execution_id: str, waiter_id: str) -> Steps[dict[str,
             "output": (yield from payload_policy.decoded(payloads, execution.get("output"))),
             "failure": (yield from payload_policy.decoded(payloads, execution.get("failure"))),
         }
+    elif execution["status"] == "CANCELLED":
+        # The reason decoded for WorkflowCancelled when this client can; one without the key
+        # (no codecs, not that key) gets it as stored: the cancel is the answer, not a
+        # PayloadKeyMissing, as before it was decoded.
+        try:
+            failure = yield from payload_policy.decoded(handle.client.payloads, execution.get("failure"))
+        except PayloadError:
+            failure = execution.get("failure")
+        execution = {**execution, "failure": failure}
     return cast("dict[str, Any]", execution)
 
 
@@ -982,7 +1003,11 @@ def _start_steps(
     row = yield Sql(sqlapi.start_workflow, **call, shard=placement.shard)
     name = call["workflow_name"]
     if placement.pinned and routing.pin_was_deferred(name, placement, row):
-        routing.refuse_pending(name, row, (yield Sql(sqlapi.list_pending_starts, name)))
+        # (Its workflow id's held-back starts only: never a whole backlog in a start's transaction.)
+        pending = yield Sql(
+            sqlapi.list_pending_starts, name, limit=10_000, workflow_id=str(row["workflow_id"])
+        )
+        routing.refuse_pending(name, row, pending)
     if owned and row.get("execution_id") is not None:
         yield Sql(sqlapi.set_payloads_execution, owned, str(row["execution_id"]))
     return cast("dict[str, Any]", row)
@@ -2061,6 +2086,24 @@ class Client:
         """Resume every PAUSED run a filter selects, on every shard; see :meth:`act_on_workflows`."""
         return self.act_on_workflows("resume", reason=reason, **batch)
 
+    def reset_workflows(
+        self,
+        *,
+        reason: str,
+        reset_to: str = "before_time",
+        before: Any = None,
+        signal_reapply: str = "drop",
+        **batch: Any,
+    ) -> dict[str, Any]:
+        """Reset every RUNNING run a filter selects (a terminal run cannot be reset), on every
+        shard, each to the point ``reset_to`` names in its own history: ``before_time`` (the last
+        completed workflow task written before ``before``, the bad deploy's time; required) or
+        ``first_workflow_task``; once per batch (docs/operations.md, "Resetting many runs").
+        InvalidArgument for a missing or unneeded time. See :meth:`act_on_workflows`."""
+        return self.act_on_workflows(
+            "reset", reason=reason, reset_to=reset_to, before=before, signal_reapply=signal_reapply, **batch
+        )
+
     def signal_workflows(self, signal_name: str, payload_value: Any = None, **batch: Any) -> dict[str, Any]:
         """Signal every live run a filter selects once per batch, on every shard; the payload is
         encoded by this client's codecs and must fit inline (not the offload store)."""
@@ -2088,8 +2131,11 @@ class Client:
         progress: Callable[[int, int], None] | None = None,
         workflow_id: str | None = None,
         failing: bool | None = None,
+        reset_to: str = "before_time",
+        before: Any = None,
+        signal_reapply: str = "drop",
     ) -> dict[str, Any]:
-        """``action`` (cancel, terminate, signal, pause, resume) on every live run the filters
+        """``action`` (cancel, terminate, signal, pause, resume, reset) on every run the filters
         select (those of :meth:`list_workflows`, ``workflow_id`` one id's runs, ``failing`` True
         the runs whose workflow task is failing; at least one
         besides ``state``, else InvalidArgument), on every
@@ -2897,6 +2943,20 @@ class AsyncClient:
         """Resume every PAUSED run a filter selects, on every shard; see :meth:`act_on_workflows`."""
         return await self.act_on_workflows("resume", reason=reason, **batch)
 
+    async def reset_workflows(
+        self,
+        *,
+        reason: str,
+        reset_to: str = "before_time",
+        before: Any = None,
+        signal_reapply: str = "drop",
+        **batch: Any,
+    ) -> dict[str, Any]:
+        """Reset every RUNNING run a filter selects; see :meth:`Client.reset_workflows`."""
+        return await self.act_on_workflows(
+            "reset", reason=reason, reset_to=reset_to, before=before, signal_reapply=signal_reapply, **batch
+        )
+
     async def signal_workflows(
         self, signal_name: str, payload_value: Any = None, **batch: Any
     ) -> dict[str, Any]:
@@ -2926,8 +2986,11 @@ class AsyncClient:
         progress: Callable[[int, int], None] | None = None,
         workflow_id: str | None = None,
         failing: bool | None = None,
+        reset_to: str = "before_time",
+        before: Any = None,
+        signal_reapply: str = "drop",
     ) -> dict[str, Any]:
-        """``action`` (cancel, terminate, signal, pause, resume) on every live run the filters
+        """``action`` (cancel, terminate, signal, pause, resume, reset) on every run the filters
         select (those of :meth:`list_workflows`, ``workflow_id`` one id's runs, ``failing`` True
         the runs whose workflow task is failing; at least one
         besides ``state``, else InvalidArgument), on every

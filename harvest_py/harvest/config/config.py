@@ -40,6 +40,7 @@ from typing import Any, cast
 from harvest.core.durations import plain_number
 from harvest.core.errors import ConfigError, InvalidArgument
 from harvest.core.ids import MAX_SHARD, shard_number
+from harvest.core.secret_files import env_secret, env_secret_or_none, resolve_secret_files
 from harvest.worker.event_loop import EVENT_LOOPS
 from harvest.worker.options import WorkerOptions, parse_shard_assignments, tunables
 
@@ -383,9 +384,13 @@ def _from_env(env: Mapping[str, str]) -> dict[tuple[str, ...], Setting]:
     by_name = {env_name(k): k for k in SCHEMA}
     tables = {env_name(k) + "__": k for k in SCHEMA if SCHEMA[k] in TABLES}
     out: dict[tuple[str, ...], Setting] = {}
+    # A secret's HARVEST_X_FILE stands for HARVEST_X (harvest.core.secret_files); a setting from
+    # one names the _FILE variable as its source.
+    env, from_files = resolve_secret_files(env)
     for name in sorted(env):
         if not name.startswith(ENV_PREFIX) or name in NOT_CONFIG or name in TEST_SWITCHES:
             continue
+        source = from_files.get(name, name)
         table = next((k for prefix, k in tables.items() if name.startswith(prefix)), None)
         if table is not None:
             # HARVEST_SHARDS__URLS__1, HARVEST_SHARDS__RESIDENCY__EU: one entry of a table
@@ -395,8 +400,8 @@ def _from_env(env: Mapping[str, str]) -> dict[tuple[str, ...], Setting]:
             if env[name].strip() == "":
                 merged.pop(entry, None)
             else:
-                merged[entry] = _table_entry(table, entry, env[name], name)
-            sources = (out[table].source + ", " if table in out else "") + name
+                merged[entry] = _table_entry(table, entry, env[name], source)
+            sources = (out[table].source + ", " if table in out else "") + source
             out[table] = Setting(SCHEMA[table](merged), sources)
             continue
         key = by_name.get(name)
@@ -405,7 +410,7 @@ def _from_env(env: Mapping[str, str]) -> dict[tuple[str, ...], Setting]:
                 f"unknown setting {name}{_suggest(name, by_name, ENV_PREFIX)}; known variables: "
                 f"{known_variables()} (and {', '.join(sorted(NOT_CONFIG))})"
             )
-        out[key] = Setting(_coerce(key, env[name], name), name)
+        out[key] = Setting(_coerce(key, env[name], source), source)
     return out
 
 
@@ -503,7 +508,7 @@ def database_url(
     config file's ``database_url``; never a silent default. ``hint``: where else a process that
     is no command takes it (``"database_url" in settings.HARVEST``), for the error."""
     env = os.environ if env is None else env
-    dsn = explicit or env.get(DSN_ENV) or config.get("database_url")
+    dsn = explicit or env_secret(DSN_ENV, env) or config.get("database_url")
     if not dsn and hint is not None:
         raise ConfigError(f"no database given: set {DSN_ENV} (the place for a password), or {hint}")
     if not dsn:
@@ -527,7 +532,7 @@ def declare_session_url(config: Config, dsn: str) -> str | None:
         # Shard 0's session URL pairs with the configured database URL (or, none configured, the
         # URL given): an explicit --database-url naming another database must not send its
         # sessions (migrations, LISTEN) to the configured one's session URL.
-        configured = {url for url in (os.environ.get(DSN_ENV), config.get("database_url")) if url}
+        configured = {url for url in (env_secret_or_none(DSN_ENV), config.get("database_url")) if url}
         if configured and dsn not in configured:
             return None
         shard = 0

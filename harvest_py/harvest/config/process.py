@@ -25,6 +25,7 @@ from harvest.config.config import (
 from harvest.core.errors import ConfigError
 from harvest.shard.router import ShardRouter
 from harvest.worker.options import WorkerOptions
+from harvest.worker.probes import WorkerProbes, run_probed
 from harvest.worker.worker import Worker
 
 
@@ -54,10 +55,36 @@ async def run_worker(
     dsn_hint: str | None = None,
     install_signal_handlers: bool = False,
     started: Callable[[Worker], None] | None = None,
+    probes: WorkerProbes | None = None,
 ) -> None:
     """Run a worker for ``app`` until it is asked to stop (``worker.request_stop()``, or SIGTERM
     and SIGINT with ``install_signal_handlers``), then drain it. ``started`` is handed the
-    :class:`Worker` before it runs (to stop it from elsewhere)."""
+    :class:`Worker` before it runs (to stop it from elsewhere). ``probes``
+    (:func:`harvest.worker.probes.probes_on`): the liveness and readiness they answer are this
+    worker's, its loop ticking for them while it runs (``worker.liveness_stall_after``)."""
+    if probes is None:
+        await _run_worker(app, config, options, database_url, dsn_hint, install_signal_handlers, started)
+        return
+
+    def attach(worker: Worker) -> None:
+        probes.attach(worker)
+        if started is not None:
+            started(worker)
+
+    probes.stall_after = options.liveness_stall_after
+    running = _run_worker(app, config, options, database_url, dsn_hint, install_signal_handlers, attach)
+    await run_probed(probes, running)
+
+
+async def _run_worker(
+    app: Any,
+    config: Config,
+    options: WorkerOptions,
+    database_url: str | None,
+    dsn_hint: str | None,
+    install_signal_handlers: bool,
+    started: Callable[[Worker], None] | None,
+) -> None:
     log_startup(app, config, options)
     dsn = worker_dsn(config, database_url, dsn_hint)
     if not is_sharded(config):
@@ -96,7 +123,8 @@ class WorkerBeside:
     is :meth:`stop`'s to raise, a boot's :meth:`started`'s); :attr:`failure` keeps it.
     ``on_drained`` is handed the worker that ended by itself without an error while the server
     ran (a remote drain, ``harvest worker drain`` or the dashboard's button, stopped its claim
-    loop, scheduler and janitor) and when; :attr:`drained_at` keeps when."""
+    loop, scheduler and janitor) and when; :attr:`drained_at` keeps when. ``probes``:
+    :func:`run_worker`'s."""
 
     def __init__(
         self,
@@ -108,6 +136,7 @@ class WorkerBeside:
         name: str,
         on_failure: Callable[[BaseException], None],
         on_drained: Callable[[Worker, datetime], None] | None = None,
+        probes: WorkerProbes | None = None,
     ) -> None:
         self.worker: Worker | None = None  # once built (a stop before that stops it as it is handed over)
         self.failure: BaseException | None = None
@@ -118,7 +147,8 @@ class WorkerBeside:
         self._start_awaited = False
         self._on_failure = on_failure
         self._task = asyncio.create_task(
-            run_worker(app, config, options, database_url=database_url, started=self._started), name=name
+            run_worker(app, config, options, database_url=database_url, started=self._started, probes=probes),
+            name=name,
         )
         self._task.add_done_callback(self._ended)
 

@@ -465,8 +465,9 @@ class CodecChain:
         return [self.encode(a) for a in args]
 
     def encode_failure(self, failure: Any) -> Any:
-        """A failure with its ``details`` and ``traceback`` encoded (``error_type``, ``message`` and
-        ``non_retryable`` stay plain: retry policies and dead-letter filters read them)."""
+        """A failure with its ``details`` and ``traceback`` encoded (``error_type``, ``message``,
+        ``non_retryable`` and ``next_retry_delay`` stay plain: retry policies and dead-letter
+        filters read them)."""
         return _map_failure(failure, self.encode) if self.codecs else failure
 
     def encode_command(self, command: dict[str, Any]) -> dict[str, Any]:

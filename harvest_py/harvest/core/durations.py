@@ -11,7 +11,7 @@ import math
 import re
 from typing import Any
 
-from harvest.core.errors import InvalidArgument
+from harvest.core.errors import MAX_DURATION_SECS, InvalidArgument
 
 __all__ = ["MAX_DURATION_SECS", "Duration", "check_interval", "interval_problem", "parse_duration"]
 
@@ -24,9 +24,9 @@ _PART = re.compile(r"(\d+(?:\.\d+)?|\.\d+)\s*(ms|sec|min|s|m|h|d|w)", re.IGNOREC
 # parameter's type says what parse_duration takes and a checker passes "5s" everywhere alike.
 Duration = float | str | _dt.timedelta
 
-# The longest duration accepted anywhere (100 years): beyond it PostgreSQL's timestamp
+# The longest duration accepted anywhere (100 years), MAX_DURATION_SECS (core/errors.py: an
+# ActivityFailure's next_retry_delay is held to it too): beyond it PostgreSQL's timestamp
 # arithmetic overflows, so a larger value is refused here rather than at claim time.
-MAX_DURATION_SECS = 100 * 365.25 * 86400
 
 
 def parse_duration(value: Any, what: str = "duration", *, positive: bool = False) -> float:

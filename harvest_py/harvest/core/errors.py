@@ -11,7 +11,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import datetime
 
 
 class HarvestError(Exception):
@@ -334,21 +337,58 @@ class TimeoutError_(HarvestError, TimeoutError):
     http_status = 504
 
 
+# The longest duration accepted anywhere (100 years): beyond it PostgreSQL's timestamp
+# arithmetic overflows, and the database's number fields (core.sql's _json_number) refuse it.
+# Here, not in durations (which imports this module), so next_retry_delay is held to it too.
+MAX_DURATION_SECS = 100 * 365.25 * 86400
+
+
+def retry_delay_secs(value: Any) -> float | None:
+    """``ActivityFailure``'s ``next_retry_delay`` in seconds: a number or a timedelta, from 0 to 100
+    years as the database takes it (a string such as "30s" is refused: durations.parse_duration
+    imports this module). Past that range fail_activity refused the worker's report (HR001), and
+    the attempt hung until its lease expired. None for None."""
+    if value is None:
+        return None
+    seconds = value.total_seconds() if hasattr(value, "total_seconds") else value
+    if (
+        isinstance(seconds, (int, float))
+        and not isinstance(seconds, bool)
+        and (seconds == 0 or 1e-300 <= seconds <= MAX_DURATION_SECS)
+    ):
+        return float(seconds)
+    raise InvalidArgument(
+        "ActivityFailure next_retry_delay: expected seconds (a number from 0 to 100 years) or a timedelta, "
+        f"got {value!r}"
+    )
+
+
 class ActivityFailure(HarvestError):
     """A typed activity failure.
 
     Raise it from an activity to choose the ``error_type`` and whether retries
     stop at once; the workflow receives it (as ``ActivityError``'s cause) when
-    the failure is final.
+    the failure is final. ``next_retry_delay`` (a duration) replaces the retry policy's
+    backoff before the next attempt (seconds or a timedelta), e.g. a 429's ``Retry-After``:
+    docs/activities.md.
     """
 
-    def __init__(self, error_type: str, message: str, non_retryable: bool = False, details: Any = None):
+    def __init__(
+        self,
+        error_type: str,
+        message: str,
+        non_retryable: bool = False,
+        details: Any = None,
+        *,
+        next_retry_delay: float | datetime.timedelta | None = None,
+    ):
         message = recordable(message)
         super().__init__(f"{error_type}: {message}")
         self.error_type = error_type
         self.message = message
         self.non_retryable = non_retryable
         self.details = details
+        self.next_retry_delay = retry_delay_secs(next_retry_delay)
         # Where the attempt's exception was raised (failure_traceback), set by from_exception;
         # recorded beside the details, never in them (a payload as they are: docs/failures.md).
         self.traceback: str | None = None
@@ -370,6 +410,8 @@ class ActivityFailure(HarvestError):
         }
         if self.traceback is not None:
             out["traceback"] = self.traceback
+        if self.next_retry_delay is not None:
+            out["next_retry_delay"] = self.next_retry_delay
         return out
 
     @classmethod
@@ -382,6 +424,9 @@ class ActivityFailure(HarvestError):
         )
         text = data.get("traceback")  # (not details': a user's own key)
         failure.traceback = text if isinstance(text, str) else None
+        delay = data.get("next_retry_delay")  # (what the database took: a number of seconds)
+        if isinstance(delay, (int, float)) and not isinstance(delay, bool):
+            failure.next_retry_delay = float(delay)
         return failure
 
     @classmethod
@@ -787,6 +832,16 @@ class SignalTimeout(HarvestError, TimeoutError):
         self.name = name
         self.timeout = timeout
         self.unread = dict(unread or {})
+
+
+class ConditionTimeout(HarvestError, TimeoutError):
+    """``ctx.wait_condition(predicate, timeout=...)``: the timer fired and the predicate was
+    still false once the step's code had run (``predicate`` names it)."""
+
+    def __init__(self, predicate: str, timeout: float):
+        super().__init__(f"the condition {predicate} did not hold within {timeout:g}s")
+        self.predicate = predicate
+        self.timeout = timeout
 
 
 class ChildWorkflowError(HarvestError):

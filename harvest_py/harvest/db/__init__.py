@@ -7,7 +7,7 @@ The only layer that imports psycopg; it imports nothing of harvest but ``harvest
 # A Client, a Worker and `harvest preflight` compare the database's harvest.schema_version()
 # with it, without reading the migration files. A new migration must bump it (the unit test
 # tests/unit/test_schema_version.py fails until it does).
-SCHEMA_VERSION = "0138"
+SCHEMA_VERSION = "0141"
 
 # How long one try of a migration waits for a lock it needs (seconds; 0: without limit), and
 # for how long in all it tries (docs/operations.md, "Migrations and locks"). The first bounds

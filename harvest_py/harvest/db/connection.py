@@ -33,6 +33,7 @@ from harvest.core.errors import (
     from_database_error,
     set_database_error_line,
 )
+from harvest.core.secret_files import env_secret
 from harvest.db import jsoncodec, pooler
 from harvest.telemetry.logs import add_handler_filter
 
@@ -60,17 +61,17 @@ def resolve_dsn(explicit: str | None = None) -> str:
             f"the database URL must be a string such as 'postgresql://user@host/db', "
             f"got {type(explicit).__name__} {explicit!r}"
         )
-    dsn = explicit or os.environ.get(DSN_ENV)
+    dsn = explicit or env_secret(DSN_ENV)
     if not dsn:
         raise ConfigError(
             f"no database given: set {DSN_ENV} or pass the database URL as the first argument "
             '(Client("postgresql://..."), AsyncClient.connect(...), Worker(app, ...))'
         )
-    session = os.environ.get(pooler.SESSION_URL_ENV)
+    session = env_secret(pooler.SESSION_URL_ENV)
     # The DSN goes through a transaction-mode pooler (harvest.db.pooler): the session URL pairs
     # with HARVEST_DATABASE_URL (or, unset, the URL given), never with another URL given here (its
     # sessions would go to another database), nor with the session URL itself (a direct one).
-    configured = os.environ.get(DSN_ENV)
+    configured = env_secret(DSN_ENV)
     if session and dsn != session and (not configured or dsn == configured):
         pooler.declare(dsn, session)
     return dsn
@@ -939,6 +940,25 @@ def warn_if_unverified_tls(dsn: str) -> None:
 # The roles a face may lower a request to (harvest.web.principal.ROLE_OF_SCOPE); never the worker.
 FACE_ROLES = frozenset({"harvest_reader", "harvest_operator", "harvest_admin"})
 FACE_APPLICATION_NAMES = {"api": "harvest-api", "cli": "harvest-cli", "ui": "harvest-ui"}
+# The application names Harvest's long-running processes give their connections, so an operator
+# tells them apart in pg_stat_activity (docs/operations.md, "Connection names"): `harvest worker`
+# by what its role runs, `harvest serve` and `harvest dev`. None is a face's: what they do that
+# the audit log records has source cli with the name in details, as any non-face client's.
+PROCESS_APPLICATION_NAMES = {
+    "worker": "harvest-worker",  # the claim loop (and the scheduler and janitor beside it)
+    "scheduler": "harvest-scheduler",  # the scheduler (and the janitor) without a claim loop
+    "retention": "harvest-retention",  # the retention janitor alone
+    "web": "harvest-web",  # harvest serve's own connections (its requests': harvest-api / -ui)
+    "dev": "harvest-dev",  # harvest dev: every runtime in one process
+}
+assert not set(PROCESS_APPLICATION_NAMES.values()) & set(FACE_APPLICATION_NAMES.values())
+
+
+def process_application_name(*, worker: bool, scheduler: bool) -> str:
+    """The application name of a process that runs the claim loop (``worker``), else the
+    scheduler, else (neither) the retention janitor alone."""
+    kind = "worker" if worker else "scheduler" if scheduler else "retention"
+    return PROCESS_APPLICATION_NAMES[kind]
 
 
 def _application_name(role: str, source: str) -> str:

@@ -339,6 +339,8 @@ class _OutageLines(logging.Filter):
         self.down: dict[str, list[Any]] = {}
         # pool name -> [when its last discard line was logged, discards since]
         self.discarded: dict[str, list[Any]] = {}
+        # shard -> [when its last "tasks cut off" line was logged, tasks since] (harvest.worker)
+        self.cut_off: dict[str, list[Any]] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
@@ -392,6 +394,12 @@ class _OutageLines(logging.Filter):
                 return None
             lines[name] = [now, 0]
         return -1 if state is None else int(state[1])
+
+    def task_cut_off(self, shard: int) -> int | None:
+        """A worker's task whose handler an outage of ``shard`` ended (its in-flight calls lost
+        their connections: a server shutdown's AdminShutdown, one per task in flight): whether its
+        line is due, as :meth:`_due` answers. One line an outage (a minute), not one a task."""
+        return self._due(self.cut_off, str(shard))
 
     def connected(self, name: str) -> None:
         """A connect of pool ``name`` succeeded: the line saying so, if its failures were logged."""

@@ -259,16 +259,13 @@ GET_RATE_LIMIT = "SELECT * FROM harvest.get_rate_limit(%(activity_name)s)"
 QUOTA_USAGE = "SELECT harvest.quota_usage(%(key)s, %(quota)s) AS usage"
 MUTEX_STATUS = "SELECT * FROM harvest.list_mutexes(%(key)s)"
 # -- start throttle / debounce / batch and the usage report (functions/flow_throttle.sql, flow_usage.sql)
-PENDING_STARTS_STATUS = "SELECT * FROM harvest.list_pending_starts(%(workflow_name)s)"
-# The first few of them, for a face that shows a page (the management API, the dashboard): a
-# backlog after an incident is every held-back start of a throttle, and one read of a page must
-# not carry them all to the process. total: how many matched (a window over the rows, before
-# the LIMIT).
-PENDING_STARTS_PAGE = """
-SELECT p.*, count(*) OVER () AS matched_total FROM harvest.list_pending_starts(%(workflow_name)s) AS p
-WHERE (%(kind)s::text IS NULL OR p.kind = %(kind)s::text)
-  AND (%(id)s::bigint IS NULL OR p.id = %(id)s::bigint)
-ORDER BY p.workflow_name, p.kind, p.gate_key, p.id LIMIT %(limit)s
+# A page of them, oldest first, after a position (the last row of the previous page): a backlog
+# after an incident is every held-back start of a throttle, and one read must not carry them all.
+PENDING_STARTS_STATUS = """
+SELECT * FROM harvest.list_pending_starts(
+    p_workflow_name => %(workflow_name)s, p_kind => %(kind)s, p_limit => %(limit)s,
+    p_after_created_at => %(after_created_at)s, p_after_id => %(after_id)s, p_id => %(id)s,
+    p_workflow_id => %(workflow_id)s)
 """
 DISCARD_PENDING_START = """
 SELECT harvest.discard_pending_start(%(id)s, %(operator_id)s, %(reason)s) AS result
@@ -1560,24 +1557,27 @@ def list_mutexes(key: str | None = None) -> dict[str, Any]:
 
 
 @call(PENDING_STARTS_STATUS)
-def list_pending_starts(workflow_name: str | None = None) -> dict[str, Any]:
-    return {"workflow_name": workflow_name}
-
-
-def _pending_starts_page(found: Rows) -> dict[str, Any]:
-    """A page's rows (without the window's column) and how many matched."""
-    total = int(found[0]["matched_total"]) if found else 0
-    rows = [{k: v for k, v in row.items() if k != "matched_total"} for row in found]
-    return {"pending_starts": rows, "total": total}
-
-
-@call(PENDING_STARTS_PAGE, _pending_starts_page)
-def list_pending_starts_page(
-    workflow_name: str | None = None, kind: str | None = None, limit: int = 100, id: int | None = None
+def list_pending_starts(
+    workflow_name: str | None = None,
+    kind: str | None = None,
+    limit: int = 100,
+    after_created_at: Any = None,
+    after_id: int | None = None,
+    id: int | None = None,
+    workflow_id: str | None = None,
 ) -> dict[str, Any]:
-    """The first ``limit`` held-back starts (list_pending_starts' rows and order; ``kind``, ``id``
-    narrow them) and ``total``, how many matched: ``{"pending_starts": [...], "total": n}``."""
-    return {"workflow_name": workflow_name, "kind": kind, "limit": limit, "id": id}
+    """At most ``limit`` held-back starts, oldest first, after (``after_created_at``,
+    ``after_id``), the last row of the previous page; ``kind``, ``id``, ``workflow_id`` narrow
+    them. Each row says its input's size (input_bytes, offloaded_bytes), never the input."""
+    return {
+        "workflow_name": workflow_name,
+        "kind": kind,
+        "limit": limit,
+        "after_created_at": after_created_at,
+        "after_id": after_id,
+        "id": id,
+        "workflow_id": workflow_id,
+    }
 
 
 @call(DISCARD_PENDING_START, column("result"))
@@ -1719,6 +1719,10 @@ _ACT_ON_WORKFLOWS = {
     "signal": ACT_ON_WORKFLOWS.format(
         action="signal", signal="p_signal_name => %(signal_name)s, p_payload => %(payload)s,"
     ),
+    "reset": ACT_ON_WORKFLOWS.format(
+        action="reset",
+        signal="p_reset_to => %(reset_to)s, p_before => %(before)s, p_signal_reapply => %(signal_reapply)s,",
+    ),
 }
 
 
@@ -1743,10 +1747,15 @@ def act_on_workflows(
     execution_ids: list[str] | None = None,
     workflow_id: str | None = None,
     failing: bool | None = None,
+    reset_to: str = "before_time",
+    before: Any = None,
+    signal_reapply: str = "drop",
 ) -> dict[str, Any]:
     """One step of a batch by filter on this database: harvest.``action``_workflows (cancel,
-    terminate, signal, pause or resume), answering its jsonb (functions/executions.sql, _act_on_workflows).
-    ``workflow_id``: only that id's runs; ``failing``: as :func:`list_executions`'."""
+    terminate, signal, pause, resume or reset), answering its jsonb (functions/executions.sql,
+    _act_on_workflows). ``workflow_id``: only that id's runs; ``failing``: as :func:`list_executions`';
+    ``reset_to``, ``before`` and ``signal_reapply``: a reset's point, its time and signals
+    (functions/reset.sql)."""
     if action not in _ACT_ON_WORKFLOWS:
         raise ValueError(f"unknown batch action {action!r}")
     return {
@@ -1768,6 +1777,9 @@ def act_on_workflows(
         "execution_ids": execution_ids,
         "workflow_id": workflow_id,
         "failing": failing,
+        "reset_to": reset_to,
+        "before": before,
+        "signal_reapply": signal_reapply,
     }
 
 

@@ -199,8 +199,11 @@ class RetryPolicy:
         """A single attempt: the first failure is final."""
         return cls(max_attempts=1)
 
-    def delay(self, attempt: int) -> float:
-        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+    def delay(self, attempt: int, failure: ActivityFailure | None = None) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based): the failure's own
+        ``next_retry_delay`` when it gives one (a 429's Retry-After), else the backoff."""
+        if failure is not None and failure.next_retry_delay is not None:
+            return failure.next_retry_delay
         return min(self.initial_interval * self.backoff ** max(attempt - 1, 0), self.max_interval)
 
     def should_retry(self, failure: ActivityFailure, attempt: int) -> bool:

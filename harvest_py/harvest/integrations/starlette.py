@@ -38,6 +38,7 @@ from harvest.config.process import WorkerBeside, configured_options, is_sharded,
 from harvest.core.extras import missing_extra
 from harvest.declare.definitions import App
 from harvest.worker.options import WorkerOptions, retention_placed
+from harvest.worker.probes import WorkerProbes, probes_on
 from harvest.worker.worker import Worker
 
 try:  # the web face's packages (Starlette, Jinja2, ...): the [web] extra
@@ -90,6 +91,9 @@ class HarvestLifespan:
     the management API goes (None: not mounted); ``authorizer`` and ``profile`` are
     :func:`harvest.web.management_app`'s (without an authorizer only the ``dev`` profile serves
     anyone, as admin; any other checks API tokens). ``pool_size``: the client's connections.
+    ``health_port`` (with ``run_worker``): serve the in-process worker's liveness and readiness
+    probes on ``http://health_host:health_port/health/live`` and ``/health/ready``, as ``harvest
+    worker --health-port`` does (a thread of their own: they answer while the loop is blocked).
     """
 
     def __init__(
@@ -104,9 +108,17 @@ class HarvestLifespan:
         authorizer: Authorizer | None = None,
         profile: str | None = None,
         pool_size: int = 4,
+        health_port: int | None = None,
+        health_host: str = "127.0.0.1",
     ) -> None:
         if run_worker and app is None:
             raise ValueError("HarvestLifespan(run_worker=True) needs the App the worker runs")
+        if health_port is not None and not run_worker:
+            raise ValueError(
+                "HarvestLifespan(health_port=...) serves the in-process worker's probes: it needs "
+                f"run_worker=True (the app's own are {mount_path or DEFAULT_MOUNT_PATH}/health/live "
+                "and /health/ready)"
+            )
         if mount_path is not None and (not mount_path.startswith("/") or mount_path.endswith("/")):
             raise ValueError(f"mount_path {mount_path!r} must start with / and not end with one")
         _check_worker_options(worker_options or {})
@@ -119,6 +131,8 @@ class HarvestLifespan:
         self.authorizer = authorizer
         self.profile = profile
         self.pool_size = pool_size
+        self.health_port = health_port
+        self.health_host = health_host
         self.management_api: Starlette | None = None
         self._client: AsyncClient | None = None
         self._worker: WorkerBeside | None = None
@@ -156,7 +170,11 @@ class HarvestLifespan:
             if self.mount_path is not None:
                 await stack.enter_async_context(self._mounted(asgi_app, config, options))
             if options is not None:
-                await self._start_worker(config, options)
+                probes = None
+                if self.health_port is not None:
+                    probes = probes_on(self.health_port, self.health_host)
+                    stack.callback(probes.close)
+                await self._start_worker(config, options, probes)
                 stack.push_async_callback(self._stop_worker)
             yield
 
@@ -217,7 +235,9 @@ class HarvestLifespan:
             asgi_app.router.routes.remove(mount)
             self.management_api = None
 
-    async def _start_worker(self, config: Config, options: WorkerOptions) -> None:
+    async def _start_worker(
+        self, config: Config, options: WorkerOptions, probes: WorkerProbes | None
+    ) -> None:
         """The worker beside the app, booted: a worker that cannot start (Redis or the database
         unreachable, a schema or role the worker cannot use, ...) fails the startup with its own
         error, before the app serves (docs/integrations.md)."""
@@ -230,6 +250,7 @@ class HarvestLifespan:
             name="harvest-worker",
             on_failure=_log_worker_end,
             on_drained=self._drained,
+            probes=probes,
         )
         try:
             await beside.started()  # (raises what ended the boot; the worker's task is over then)
@@ -264,6 +285,16 @@ class HarvestLifespan:
         beside = self._worker
         if beside is None:
             return
+        worker = beside.worker
+        if worker is not None and beside.booted and (busy := worker.in_flight) > 0:
+            # Said where a server's log shows it: the worker's own line is INFO, which a server's
+            # logging (uvicorn's) leaves out, and a stop or a --reload looked hung meanwhile.
+            log.warning(
+                "harvest: the app stops once the in-process worker's %d task(s) in flight finish, "
+                "within worker.shutdown_grace = %g s (the rest are released to other workers)",
+                busy,
+                worker.shutdown_grace,
+            )
         try:
             await beside.stop()
         finally:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar, TypeVarTuple, Unpack, overload
 
 from harvest.core.deprecation import queue_alias, renamed_attribute
-from harvest.core.durations import parse_duration
+from harvest.core.durations import Duration, parse_duration
 from harvest.core.errors import InvalidArgument, SignalTimeout
 from harvest.core.payload import (
     check_text,
@@ -481,6 +481,47 @@ class WorkflowContext:
             if timer_seq is not None and run.timer_pending(timer_seq):
                 run.cancel_timer(timer_seq)
         return decode(payload, type_hint, f"signal {name!r}")
+
+    # ------------------------------------------------------------------ conditions
+    @_must_await
+    async def wait_condition(self, predicate: Callable[[], bool], timeout: Duration | None = None) -> None:
+        """Wait until ``predicate()`` is true: the workflow's own state says so.
+
+        ``predicate`` is a plain function reading state the code keeps (``ctx.state``, a
+        variable an update handler sets). It is evaluated now (true: return at once, with no
+        command) and then each time the run's code is blocked after something ran (an update
+        handler, an activity, timer or child result, a signal taken), so no polling is needed.
+        With ``timeout`` (seconds, ``"1h"`` or a timedelta) a durable timer races it: if the
+        condition holds first the timer is cancelled (a ``cancel_timer`` command); if the timer
+        fires and the condition still does not hold once that step's code has run,
+        ``ConditionTimeout`` (a ``TimeoutError``) is raised. A predicate that raises, returns an
+        awaitable or issues a command fails the workflow task (``WorkflowCallError``).
+        """
+        run = self._run
+        try:
+            if not callable(predicate):
+                raise TypeError(f"predicate must be a function taking no argument, got {predicate!r}")
+            seconds = None if timeout is None else parse_duration(timeout, "timeout")
+        except CALL_ERRORS as exc:
+            raise run.refuse_call("wait_condition", exc) from None
+        conditions = run.conditions
+        if conditions.holds(predicate):
+            return
+        timer_seq = None if seconds is None else run.next_seq()  # (refused first in a query)
+        waiter: asyncio.Future[None] = run._loop.create_future()  # (a query's runs off the loop)
+        wait = conditions.add(predicate, waiter, seconds)
+        if timer_seq is not None and seconds is not None:
+            command = {"type": "start_timer", "seq": timer_seq, "duration": _secs(seconds)}
+            run.issue(command, "timer", None, on_fire=wait.fire)
+        try:
+            await waiter  # (ConditionTimeout: its timer fired, nothing to cancel)
+        except BaseException:
+            # A wait given up (its task cancelled, its coroutine closed: a query's that tried to
+            # wait, a dropped run's) is not evaluated again: its predicate must not fail a step.
+            conditions.drop(wait)
+            raise
+        if timer_seq is not None and run.timer_pending(timer_seq):
+            run.cancel_timer(timer_seq)
 
     def pending_signals(self, name: str | None = None) -> int:
         """How many signals (of ``name``, or of any name) are buffered and not yet taken."""

@@ -15,7 +15,7 @@ import logging
 import os
 import warnings
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import Any
+from typing import Any, TypeVar
 
 from harvest.core.errors import ActivityFailure, PayloadError
 from harvest.core.idempotency import IdempotencyKey
@@ -23,9 +23,19 @@ from harvest.core.payload import encode, encode_details
 from harvest.core.threads import DaemonThreads
 from harvest.declare.definitions import ActivityDefinition
 
-__all__ = ["LOCAL_MAX_BACKOFF", "Heartbeat", "LocalActivityContext", "activity_logger", "run_local_activity"]
+__all__ = [
+    "LOCAL_MAX_BACKOFF",
+    "UNAWAITED_HEARTBEAT",
+    "UNAWAITED_LLM_CALL",
+    "LocalActivityContext",
+    "MustAwait",
+    "activity_logger",
+    "run_local_activity",
+]
 
 log = logging.getLogger("harvest.runtime")
+
+T = TypeVar("T")
 
 # Inline retries hold the workflow task's lease, so their backoff stays short.
 LOCAL_MAX_BACKOFF = 10.0
@@ -81,7 +91,7 @@ class LocalActivityContext:
     def aheartbeat(self, details: Any = None) -> Coroutine[Any, Any, bool]:
         """As ``heartbeat``: accepted and ignored, so an ``async def`` activity that awaits its
         heartbeats runs local too (not awaited: the warning a queued attempt's gives)."""
-        return Heartbeat(_ignored(), self)
+        return MustAwait(_ignored(), self, UNAWAITED_HEARTBEAT)
 
     def record_llm_call(
         self,
@@ -94,15 +104,18 @@ class LocalActivityContext:
         """Refused (RuntimeError naming the way): the ledger records against an activity task."""
         raise RuntimeError(_NO_LEDGER.format(name=self.activity_name))
 
-    async def arecord_llm_call(
+    def arecord_llm_call(
         self,
         model: str,
         input_tokens: int = 0,
         output_tokens: int = 0,
         cost_usd_micros: int | None = None,
         latency_ms: int | None = None,
-    ) -> int:
-        """Refused, as ``record_llm_call``."""
+    ) -> Coroutine[Any, Any, int]:
+        """Refused when awaited, as ``record_llm_call`` (not awaited: the queued attempt's warning)."""
+        return MustAwait(self._refuse_ledger(), self, UNAWAITED_LLM_CALL)
+
+    async def _refuse_ledger(self) -> int:
         raise RuntimeError(_NO_LEDGER.format(name=self.activity_name))
 
     @property
@@ -145,18 +158,19 @@ def activity_logger(ctx: Any) -> logging.LoggerAdapter[logging.Logger]:
     return logging.LoggerAdapter(logging.getLogger("harvest.activity"), fields)
 
 
-class Heartbeat(Coroutine[Any, Any, bool]):
-    """What ``ctx.aheartbeat()`` returns, the coroutine that sends it: one dropped without being
-    awaited warns naming ``aheartbeat``, the activity and what to do (Python's own warning says
-    only "was never awaited"). One small object on a call that awaits a database round trip;
-    ``ctx.heartbeat``, the hot loop's call, makes none."""
+class MustAwait(Coroutine[Any, Any, T]):
+    """What ``ctx.aheartbeat()`` and ``ctx.arecord_llm_call()`` return, the coroutine that makes
+    the call: one dropped without being awaited warns naming the call, the activity and what to
+    do (``unawaited``, formatted with ``name``; Python's own warning says only "was never
+    awaited"). One small object on a call that awaits a database round trip; ``ctx.heartbeat``,
+    the hot loop's call, makes none."""
 
-    __slots__ = ("_coro", "_ctx", "_used")
+    __slots__ = ("_coro", "_ctx", "_unawaited", "_used")
 
-    def __init__(self, coro: Coroutine[Any, Any, bool], ctx: Any) -> None:
-        self._coro, self._ctx, self._used = coro, ctx, False
+    def __init__(self, coro: Coroutine[Any, Any, T], ctx: Any, unawaited: str) -> None:
+        self._coro, self._ctx, self._unawaited, self._used = coro, ctx, unawaited, False
 
-    def __await__(self) -> Generator[Any, None, bool]:
+    def __await__(self) -> Generator[Any, None, T]:
         self._used = True
         return self._coro.__await__()
 
@@ -175,13 +189,18 @@ class Heartbeat(Coroutine[Any, Any, bool]):
     def __del__(self) -> None:
         if not self._used:
             self._coro.close()  # (closed before it started: Python adds no warning of its own)
-            warnings.warn(_UNAWAITED.format(name=self._ctx.activity_name), RuntimeWarning, stacklevel=1)
+            warnings.warn(self._unawaited.format(name=self._ctx.activity_name), RuntimeWarning, stacklevel=1)
 
 
-_UNAWAITED = (
+UNAWAITED_HEARTBEAT = (
     "activity {name} called ctx.aheartbeat() without await: no heartbeat was sent and the lease was"
     " not extended; await it (await ctx.aheartbeat(details)), or call ctx.heartbeat(details), which"
     " records the details without await"
+)
+UNAWAITED_LLM_CALL = (
+    "activity {name} called ctx.arecord_llm_call() without await: the call was not recorded in the"
+    " agent cost ledger; await it (await ctx.arecord_llm_call(model, ...)), or call"
+    " ctx.record_llm_call(model, ...), which queues it without await"
 )
 
 _NO_TOKEN = (
@@ -232,7 +251,7 @@ async def run_local_activity(
             report = failure.to_json()
             report["details"] = encode_details(report["details"])
             return {"name": defn.name, "failure": report}
-        delay = min(defn.retry.delay(attempt), LOCAL_MAX_BACKOFF)
+        delay = min(defn.retry.delay(attempt, failure), LOCAL_MAX_BACKOFF)
         if deadline is not None and loop.time() + delay >= deadline:
             # Retries remained, but the next one would start past schedule_to_close.
             return {

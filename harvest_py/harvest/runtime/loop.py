@@ -76,6 +76,9 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
         self.logical_time = 0.0
         self.fatal_error: BaseException | None = None
         self.tasks_created = 0  # (WorkflowRun.close: has a task other than the main one ever run?)
+        # Called each time the ready queue runs dry (ctx.wait_condition's checks: conditions.py);
+        # True when it made a callback ready, so the loop runs on. None until a run needs it.
+        self.on_idle: Callable[[], bool] | None = None
 
     # ------------------------------------------------------------------ stepping
     def run_until_idle(self) -> None:
@@ -90,37 +93,42 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
         self._stepping = True
         count, ready = 0, self._ready
         try:
-            while ready:
-                handle = ready.popleft()
-                if handle._cancelled:
-                    continue
-                count += 1
-                if count > MAX_CALLBACKS_PER_STEP:
-                    self._illegal(
-                        "the workflow ran more than "
-                        f"{MAX_CALLBACKS_PER_STEP} callbacks without blocking; "
-                        "a busy loop never yields to durable events"
-                    )
-                # (Handle._run, inline: one call fewer per wake-up of a task)
-                # (a task's wake-up has one argument, passed without building a tuple)
-                args = handle._args
-                try:
-                    if len(args) == 1:
-                        handle._context.run(handle._callback, args[0])
-                    else:
-                        handle._context.run(handle._callback, *args)
-                except KeyboardInterrupt:
-                    raise  # the process' interrupt (Ctrl-C), not the workflow's doing
-                except SystemExit as exc:
-                    # Workflow code's (sys.exit(), a library's argument parser): let through, it
-                    # stopped the worker, and every worker that claimed the task after it.
-                    self._illegal(
-                        f"SystemExit({exc.code!r}) raised in workflow code (sys.exit()?): a workflow "
-                        "ends by returning or raising an exception; sys.exit() would stop the worker"
-                    )
-                except BaseException as exc:
-                    self._callback_failed(handle, exc)
-                if self.fatal_error is not None:
+            while True:
+                while ready:
+                    handle = ready.popleft()
+                    if handle._cancelled:
+                        continue
+                    count += 1
+                    if count > MAX_CALLBACKS_PER_STEP:
+                        self._illegal(
+                            "the workflow ran more than "
+                            f"{MAX_CALLBACKS_PER_STEP} callbacks without blocking; "
+                            "a busy loop never yields to durable events"
+                        )
+                    # (Handle._run, inline: one call fewer per wake-up of a task)
+                    # (a task's wake-up has one argument, passed without building a tuple)
+                    args = handle._args
+                    try:
+                        if len(args) == 1:
+                            handle._context.run(handle._callback, args[0])
+                        else:
+                            handle._context.run(handle._callback, *args)
+                    except KeyboardInterrupt:
+                        raise  # the process' interrupt (Ctrl-C), not the workflow's doing
+                    except SystemExit as exc:
+                        # Workflow code's (sys.exit(), a library's argument parser): let through, it
+                        # stopped the worker, and every worker that claimed the task after it.
+                        self._illegal(
+                            f"SystemExit({exc.code!r}) raised in workflow code (sys.exit()?): a workflow "
+                            "ends by returning or raising an exception; sys.exit() would stop the worker"
+                        )
+                    except BaseException as exc:
+                        self._callback_failed(handle, exc)
+                    if self.fatal_error is not None:
+                        break
+                # Every coroutine is blocked: a condition that now holds wakes its waiter.
+                on_idle = self.on_idle
+                if self.fatal_error is not None or on_idle is None or not on_idle():
                     break
         except IllegalWorkflowOperation:
             pass  # recorded in fatal_error; the run reports it

@@ -60,6 +60,7 @@ from harvest.runtime.commands import (
     nondeterminism,
     same,
 )
+from harvest.runtime.conditions import ConditionWaits
 from harvest.runtime.context import (
     ContinueAsNew,
     WorkflowContext,
@@ -254,6 +255,7 @@ class WorkflowRun(CommandIssuer):
         self._live: tuple[int, list[dict[str, Any]]] | None = None  # last activation, not yet confirmed
         self._fatal: BaseException | None = None
         self.signals = SignalBuffer()
+        self._conditions: ConditionWaits | None = None  # ctx.wait_condition's, made at its first call
         # The coroutines ctx's methods made since the step's loop last ran (check_awaited).
         self.made: list[tuple[Any, str, types.CodeType, int]] = []
         self.handlers = RunHandlers(self)  # queries and updates
@@ -414,6 +416,7 @@ class WorkflowRun(CommandIssuer):
         # (The loop closes the coroutines of the tasks it drops unstarted: the main task of a
         # history with no workflow task yet, or of a first step that failed before it ran.)
         self._loop.close()
+        self._loop.on_idle = None  # (the condition waits' reference back to the run)
         for entry in self.made:  # held to await later, never awaited: no RuntimeWarning for them
             if not _started(entry[0]):
                 entry[0].close()
@@ -430,6 +433,19 @@ class WorkflowRun(CommandIssuer):
             # (docs/performance.md, "Cheaper Python, eighth cut").
             self.ctx = None
             self.handlers.detach()
+
+    @property
+    def conditions(self) -> ConditionWaits:
+        """The run's ``ctx.wait_condition`` waits (checked by the loop whenever it is idle)."""
+        conditions = self._conditions
+        if conditions is None:
+            conditions = self._conditions = ConditionWaits(self)
+        return conditions
+
+    def awaited_conditions(self) -> list[str]:
+        """The predicates the run's pending ``ctx.wait_condition`` calls wait on, oldest first."""
+        conditions = self._conditions
+        return [] if conditions is None else conditions.awaited()
 
     def holds_wakeups(self) -> bool:
         """Whether the run, blocked, waits for all of its open activities at once: nothing of

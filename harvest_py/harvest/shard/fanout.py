@@ -160,6 +160,7 @@ class Merged(Generic[R]):
             "keys",
             "schedules",
             "items",
+            "pending_starts",
         ):
             out["next_cursor"] = self.next_cursor
         if self.total is not None:
@@ -1578,15 +1579,18 @@ def _page_over_shards(
     ask: int,
     newest_first: Callable[[dict[str, Any]], Any],
     position: Callable[[dict[str, Any]], tuple[datetime, Any]],
+    *,
+    oldest_first: bool = False,
 ) -> Merged[list[dict[str, Any]]]:
     """One page of ``limit`` rows merged from every shard's (each asked for ``ask``, newest
-    first by ``newest_first``), each row with its ``shard_id``, and the cursor of the next: a
+    first by ``newest_first``; ``oldest_first``: the key's ascending order, as each shard read
+    them), each row with its ``shard_id``, and the cursor of the next: a
     shard's position moves to the last row of it on the page; a shard that answered fewer than
     it was asked and had all of them on the page is done; a shard that could not be read keeps
     its position, so it loses nothing (next_cursor stays set while one is unread)."""
     results = fan.results
     streams = [[{**row, "shard_id": s} for row in rows] for s, rows in results.items()]
-    merged = heapq.merge(*streams, key=newest_first, reverse=True)
+    merged = heapq.merge(*streams, key=newest_first, reverse=not oldest_first)
     page = [row for _, row in zip(range(limit), merged, strict=False)]
     positions = dict(state.positions)
     done = set(state.done)
@@ -1664,6 +1668,48 @@ def list_audit_log(limit: int = 100, operation: str | None = None, cursor: str |
 
     fan = yield Step(read, skip=state.done)
     return _page_over_shards(state, fan, limit, ask, newest_audit_first, lambda r: (r["at"], r["id"]))
+
+
+class PendingStartCursor(ShardCursor):
+    PREFIX, WHAT = "ps1.", "held-back start"
+
+
+def oldest_start_first(row: dict[str, Any]) -> tuple[Any, int, int]:
+    """The sort key of every shard's held-back starts merged: longest held first (created_at),
+    ties by shard then id; each shard's list_pending_starts orders its own rows so (created_at, id)."""
+    return (row["created_at"], int(row["shard_id"]), int(row["id"]))
+
+
+def list_pending_starts(
+    workflow_name: str | None = None,
+    kind: str | None = None,
+    limit: int = 100,
+    cursor: str | None = None,
+    *,
+    shard_id: int | None = None,
+) -> Plan:
+    """A page of the starts a throttle, debounce or batch holds back over every shard, oldest
+    first, each row with its ``shard_id`` (ids are per shard) and its input's size; paged by
+    ``cursor`` as the dead letters are, each shard from its own (created_at, id). ``shard_id``:
+    the caller reads that shard alone (its APIs are that shard's); a filter of the cursor as the
+    others are, so a cursor of every shard's list is refused there (its other shards' positions
+    read as shards unavailable, and the pages never ended)."""
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
+        raise InvalidArgument(f"limit {limit} is out of range 1..{MAX_PAGE}")
+    filters: dict[str, Any] = {"workflow_name": workflow_name, "kind": kind}
+    if shard_id is not None:  # (absent otherwise: every shard's cursors read as they did)
+        filters["shard_id"] = shard_id
+    state = PendingStartCursor.start(cursor, _fingerprint(filters))
+    ask = min(limit + 1, MAX_PAGE)
+
+    def read(api: Any, shard: int) -> Any:
+        at, id_ = state.positions.get(shard) or (None, None)
+        return api.list_pending_starts(workflow_name, kind, ask, at, id_)
+
+    fan = yield Step(read, skip=state.done)
+    return _page_over_shards(
+        state, fan, limit, ask, oldest_start_first, lambda r: (r["created_at"], r["id"]), oldest_first=True
+    )
 
 
 def _none_if_absent(call: Callable[[], Any], shard: int, lacking: set[int]) -> Any:
@@ -1800,6 +1846,7 @@ PLANS: dict[str, Callable[..., Plan]] = {
     "list_dead_letters": list_dead_letters,
     "count_dead_letters": count_dead_letters,
     "list_audit_log": list_audit_log,
+    "list_pending_starts": list_pending_starts,
     "list_dag_runs": list_dag_runs,
     "list_dags": list_dags,
     "list_workers": list_workers,

@@ -771,6 +771,17 @@ class WorkflowEnvironment:
                         + ")"
                     )
                 parts.append(waits)
+            try:
+                predicates = run.awaited_conditions()
+            except RuntimeError:  # (changed under us: nothing to report)
+                predicates = []
+            if predicates:
+                parts.append(
+                    "waits in ctx.wait_condition on "
+                    + ", ".join(predicates)
+                    + ", which nothing that came has made true (a signal, an update or a result that "
+                    "changes the state it reads)"
+                )
         polled = self._polled()
         if polled is not None:
             for kind, activity_name, queue in clock.unpolled_tasks(execution_id, polled)[:3]:

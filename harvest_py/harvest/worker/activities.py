@@ -18,7 +18,7 @@ from harvest.core.idempotency import IdempotencyKey
 from harvest.core.task_token import TaskToken
 from harvest.db.connection import DatabaseError, error_line, redact
 from harvest.db.resend import RefusedOnResend, resend_lost
-from harvest.runtime.local import Heartbeat, activity_logger
+from harvest.runtime.local import UNAWAITED_HEARTBEAT, UNAWAITED_LLM_CALL, MustAwait, activity_logger
 from harvest.telemetry import tracing
 from harvest.telemetry.logs import LOG_FIELDS, log_fields
 from harvest.worker.decide_ahead import decide_ahead
@@ -102,7 +102,7 @@ class ActivityContext:
         """Extend the lease and record progress; returns True when cancellation was requested.
         After ``ctx.heartbeat`` calls it first raises their unseen error, and sends after the
         heartbeat in flight. Not awaited: a RuntimeWarning naming it and what to do."""
-        return Heartbeat(self._aheartbeat(details), self)
+        return MustAwait(self._aheartbeat(details), self, UNAWAITED_HEARTBEAT)
 
     async def _aheartbeat(self, details: Any) -> bool:
         if asyncio.get_running_loop() is not self._loop:
@@ -159,23 +159,27 @@ class ActivityContext:
         definition = self._worker.app.find_activity(self.activity_name)
         return None if definition is None else definition.heartbeat_timeout
 
-    async def arecord_llm_call(
+    def arecord_llm_call(
         self,
         model: str,
         input_tokens: int = 0,
         output_tokens: int = 0,
         cost_usd_micros: int | None = None,
         latency_ms: int | None = None,
-    ) -> int:
+    ) -> Coroutine[Any, Any, int]:
         """Record one model call this attempt made in the agent cost ledger (what the usage
         report's ``llm_*`` fields sum; docs/flow-control.md, "Usage"): tokens, cost in
         millionths of a US dollar (None: no known price, counted as unpriced), latency.
         Returns the ledger row's id; ``StaleTask`` (HR004) once this attempt is not
         held any more. After ``ctx.record_llm_call`` calls it first raises their unseen
-        error, and records after the ones they queued."""
+        error, and records after the ones they queued. Not awaited: a RuntimeWarning naming
+        it and what to do."""
         call = (model, input_tokens, output_tokens, cost_usd_micros, latency_ms)
+        return MustAwait(self._arecord_llm_call(*call), self, UNAWAITED_LLM_CALL)
+
+    async def _arecord_llm_call(self, *call: Any) -> int:
         if asyncio.get_running_loop() is not self._loop:
-            return await self._on_worker_loop(self.arecord_llm_call(*call))
+            return await self._on_worker_loop(self._arecord_llm_call(*call))
         if self._records is not None:
             return int(await self._records.send_now(*call))
         return await self._send_llm_call(*call)
@@ -211,7 +215,7 @@ class ActivityContext:
                 records = self._records = Records(self._send_llm_call)
             records.add(*call)
             return None
-        return asyncio.run_coroutine_threadsafe(self.arecord_llm_call(*call), self._loop).result()
+        return asyncio.run_coroutine_threadsafe(self._arecord_llm_call(*call), self._loop).result()
 
     async def _end_sends(self, raised: BaseException | None) -> None:
         """The attempt ended (``raised``: its exception, None: it returned): stop the background

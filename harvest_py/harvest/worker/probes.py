@@ -1,4 +1,6 @@
-"""The worker's Kubernetes probes (``harvest worker --health-port``): ``/health/live`` and
+"""The worker's Kubernetes probes (``harvest worker --health-port``, and the same for the worker
+``harvest serve`` runs beside its API, ``HarvestLifespan(health_port=...)`` and ``manage.py
+harvest_worker --health-port``: :func:`probes_on`, then ``run_worker(probes=...)``): ``/health/live`` and
 ``/health/ready``, served from a daemon thread so that they answer while the event loop is
 blocked, and read only what the loop and the worker stamp (no database call: a probe answers at
 once even when the database is frozen).
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 import time
 from collections.abc import Awaitable
@@ -44,6 +47,14 @@ class WorkerProbes:
         self.stall_after = stall_after
         self.worker: Worker | None = None
         self.ticked_at: float | None = None  # (None until the loop runs: the process is importing)
+        self.server: ThreadingHTTPServer | None = None  # (probes_on's; close() stops it)
+
+    def close(self) -> None:
+        """Stop serving (a lifespan's shutdown: its port is free for the next startup)."""
+        server, self.server = self.server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
 
     def attach(self, worker: Worker) -> None:
         """``run_worker``'s ``started``: the worker the readiness reads."""
@@ -137,6 +148,17 @@ def serve_probes(probes: WorkerProbes, port: int, host: str = "127.0.0.1") -> Th
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="harvest-probes", daemon=True).start()
     return server
+
+
+def probes_on(port: int, host: str = "127.0.0.1") -> WorkerProbes:
+    """Probes served on ``http://host:port/health/{live,ready}`` (logged), before the worker is
+    built: they answer ``starting`` until ``run_worker(probes=...)`` attaches it."""
+    probes = WorkerProbes()
+    probes.server = serve_probes(probes, port, host)
+    logging.getLogger("harvest.worker").info(
+        "probes on http://%s:%d/health/live and /health/ready", host, port
+    )
+    return probes
 
 
 async def run_probed(probes: WorkerProbes, running: Awaitable[None]) -> None:

@@ -58,7 +58,14 @@ from harvest.db.connection import (
     resolve_dsn,
 )
 from harvest.db.migrate import check_schema_async, warn_function_drift_async
-from harvest.db.pools import may_pass, met_full_server, open_async_pool, outage, unless_unreachable
+from harvest.db.pools import (
+    OUTAGE_LINES,
+    may_pass,
+    met_full_server,
+    open_async_pool,
+    outage,
+    unless_unreachable,
+)
 from harvest.db.redis_channel import check_url
 from harvest.db.sqlapi import AsyncSqlApi, OpenClaim, claim_tasks_open
 from harvest.declare.definitions import App, require_app
@@ -141,6 +148,26 @@ def _retrieved(call: asyncio.Future[Any]) -> None:
     """A background call's outcome, read (its failure is not asyncio's to report at exit)."""
     if not call.cancelled():
         call.exception()
+
+
+def _cut_off(task: dict[str, Any], exc: BaseException) -> None:
+    """A task's handler ended by an outage of its shard (a server shutdown ends every session with
+    AdminShutdown: each task in flight). Not Harvest's bug, so no traceback, and one WARNING an
+    outage with the count, not an ERROR a task (OUTAGE_LINES: as the pools' connect failures)."""
+    shard = lane_of(task).shard
+    unlogged = OUTAGE_LINES.task_cut_off(shard)
+    if unlogged is None:
+        return
+    log.warning(
+        "task %s (%s) was cut off by an outage of shard %d; its lease will expire: %s (%s)",
+        task["task_id"],
+        task["kind"],
+        shard,
+        failure_reason(exc),
+        "the tasks it cuts off are counted: logged again once a minute while more are"
+        if unlogged < 0
+        else f"{unlogged} more tasks cut off since the last line",
+    )
 
 
 def _key(task: dict[str, Any]) -> tuple[int, int, int]:
@@ -450,6 +477,11 @@ class Worker:
     @property
     def stopping(self) -> bool:
         return self._stopping.is_set()
+
+    @property
+    def in_flight(self) -> int:
+        """The tasks this worker runs now (what a stop waits for, within ``shutdown_grace``)."""
+        return len(self._inflight)
 
     def wake(self) -> None:
         """Wake the claim loop (work may be waiting)."""
@@ -1344,17 +1376,20 @@ class Worker:
             stopping.leave_behind([release])
             raise
         except Exception as exc:
-            # A database error's text carries its DETAIL and CONTEXT (a row's values): its first
-            # line and SQLSTATE say what failed, and its traceback (where it failed) prints it by
-            # that line too (DatabaseTextFilter, on this logger). Any other error here is
-            # Harvest's bug: its traceback is the report.
-            log.error(
-                "task %s (%s) crashed the handler; its lease will expire: %s",
-                task["task_id"],
-                task["kind"],
-                failure_reason(exc),
-                exc_info=True,
-            )
+            if outage(exc):
+                _cut_off(task, exc)
+            else:
+                # A database error's text carries its DETAIL and CONTEXT (a row's values): its
+                # first line and SQLSTATE say what failed, and its traceback (where it failed)
+                # prints it by that line too (DatabaseTextFilter, on this logger). Any other
+                # error here is Harvest's bug: its traceback is the report.
+                log.error(
+                    "task %s (%s) crashed the handler; its lease will expire: %s",
+                    task["task_id"],
+                    task["kind"],
+                    failure_reason(exc),
+                    exc_info=True,
+                )
         finally:
             claim = task.pop("_open_claim", None)
             if claim is not None:  # (a handler that crashed before its decision)

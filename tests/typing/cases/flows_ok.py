@@ -16,7 +16,7 @@ from harvest import (
     WorkflowContext,
     WorkflowHandle,
 )
-from harvest.client.client import Page
+from harvest.client import Children, Page
 from harvest.core.receipts import SignalReceipt
 from harvest.testing import ActivityCall, ReplayResult, WorkflowEnvironment, WorkflowReplayer
 
@@ -84,6 +84,9 @@ async def checkout(ctx: WorkflowContext, order: Order) -> bool:
     assert_type(await handle, dict[str, int])
     assert_type(ctx.side_effect(lambda: 7), int)
     assert_type(await ctx.wait_for_signal("approved", type_hint=bool), bool)
+    assert_type(await ctx.wait_condition(lambda: bool(ctx.state.get("go"))), None)
+    await ctx.wait_condition(lambda: receipt != "", timeout=datetime.timedelta(hours=1))
+    await ctx.wait_condition(lambda: True, "1h")
     assert_type(ctx.now().year, int)
     return bool(receipt) and bool(slots)
 
@@ -141,6 +144,9 @@ def list_and_count(client: Client) -> int:
     assert_type(page.next_cursor, str | None)
     assert_type(page.unavailable_shards, list[int])
     counts = client.count_workflows(group_by="all", failing=True)
+    kids = client.get_handle("0190-...").children_page(page_size=10)
+    assert_type(kids, Children)
+    assert_type(kids.truncated, bool | None)
     return sum(row["executions"] for row in counts)
 
 

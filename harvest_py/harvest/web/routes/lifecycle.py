@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from harvest.core import payload
-from harvest.core.errors import ActivityFailure
+from harvest.core.errors import MAX_DURATION_SECS, ActivityFailure, InvalidArgument, retry_delay_secs
 from harvest.core.task_token import TaskToken
 from harvest.web.routes import (
     ANY,
@@ -85,8 +85,13 @@ async def fail_activity(call: Call, args: dict[str, Any], data: dict[str, Any]) 
         data.get("message") or "",
         non_retryable=bool(data.get("non_retryable")),
         details=_stored(call, data.get("details"), "the failure details"),
-    ).to_json()
-    outcome = await _by_token(call, data, lambda sql, t: sql.fail_activity_by_token(t, failure))
+    )
+    try:
+        failure.next_retry_delay = retry_delay_secs(data.get("next_retry_delay"))
+    except InvalidArgument as exc:  # (the body's range passed: a value nearer 0 than 1e-300)
+        raise invalid("next_retry_delay", str(exc)) from None
+    report = failure.to_json()
+    outcome = await _by_token(call, data, lambda sql, t: sql.fail_activity_by_token(t, report))
     return {"task_token": data["task_token"], "outcome": outcome}
 
 
@@ -175,7 +180,15 @@ ENDPOINTS = [
         fail_activity,
         "Fail that attempt by its task token: retried, dead-lettered or failed per its retry policy.",
         body=body(
-            {**TOKEN, "error_type": STRING, "message": STRING, "non_retryable": BOOLEAN, "details": ANY},
+            {
+                **TOKEN,
+                "error_type": STRING,
+                "message": STRING,
+                "non_retryable": BOOLEAN,
+                "details": ANY,
+                # Seconds before the retry, in place of the policy's backoff (a Retry-After).
+                "next_retry_delay": {"type": "number", "minimum": 0, "maximum": MAX_DURATION_SECS},
+            },
             ("task_token",),
         ),
         responses={200: "What became of the attempt", 409: "The attempt is no longer current (HR004)"},

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from harvest.core.ids import MAX_SHARD, ROW_ID_MAX
+from harvest.shard.fanout import MAX_PAGE, AsyncShardReads
 from harvest.web.routes import (
     BOOLEAN,
     DATETIME,
@@ -20,13 +21,12 @@ from harvest.web.routes import (
     Endpoint,
     Param,
     body,
-    fanout_keys,
     invalid,
+    merged,
     shape,
 )
 
 LIST_LIMIT = 100
-LIST_LIMIT_MAX = 10_000
 KINDS = ("throttle", "debounce", "batch")
 # The fields of a discard by filter that select (a kind alone would select every held-back start).
 SELECTING = ("workflow_name", "gate_key", "created_after", "created_before")
@@ -43,26 +43,22 @@ NON_EMPTY = {"type": "string", "minLength": 1}
 
 
 async def list_pending_starts(call: Call, args: dict[str, Any], _: Any) -> Any:
-    """Every readable shard's held-back starts, each row with its shard_id, by shard and then in
-    the SQL's order: the first ``limit``, with the total matched (truncated when some were left
-    out), as GET /workers answers. Each shard sends its first ``limit`` only (a backlog is not
-    read whole for a page)."""
-    name, kind, only = args["workflow_name"], args["kind"], args["shard_id"]
-    shards = None if only is None or not call.sharded else [only]
-    if only is not None and shards is None:  # (one database: it must be that shard)
-        await call.on_shard(only, lambda sql: sql.get_shard_id())
+    """Every readable shard's held-back starts merged oldest first, each row with its shard_id,
+    paged by ``cursor`` (harvest.shard.fanout.list_pending_starts, as GET /dead-letters)."""
+    only = args["shard_id"]
+    reads = call.reads()
+    if only is not None:
+        if not call.sharded:  # (one database: it must be that shard)
+            await call.on_shard(only, lambda sql: sql.get_shard_id())
+        else:
+            if only not in reads.apis:
+                raise invalid("shard_id", f"{only} is not a shard of this deployment")
+            reads = AsyncShardReads({only: reads.apis[only]}, timeout=reads.timeout)
     limit = args["limit"] if args["limit"] is not None else LIST_LIMIT
-    fan = await call.each_shard(lambda sql: sql.list_pending_starts_page(name, kind, limit), shards=shards)
-    rows = [
-        {"shard_id": s, **row} for s, page in sorted(fan.results.items()) for row in page["pending_starts"]
-    ]
-    total = sum(page["total"] for page in fan.results.values())
-    return {
-        "pending_starts": rows[:limit],
-        "total": total,
-        "truncated": total > limit,
-        **fanout_keys(call, fan),
-    }
+    found = await reads.list_pending_starts(
+        args["workflow_name"], args["kind"], limit, args["cursor"], shard_id=only
+    )
+    return merged(call, found, "pending_starts")
 
 
 async def discard_pending_start(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
@@ -119,9 +115,9 @@ ENDPOINTS = [
         "/start-gates/pending",
         "read",
         list_pending_starts,
-        "The starts a throttle, debounce or batch holds back, over every shard (each row with its "
-        "shard_id and the id a discard takes): the first limit, with the total matched (truncated "
-        "when some were left out). No input is answered.",
+        "The starts a throttle, debounce or batch holds back, over every shard, oldest first (each row "
+        "with its shard_id, the id a discard takes and its input's size: input_bytes inline, offloaded_bytes "
+        "referenced): a page of at most limit, the rest by next_cursor. No input is answered.",
         (
             Param("workflow_name", empty_is_absent=False),
             Param("kind", "enum", choices=KINDS),
@@ -130,12 +126,13 @@ ENDPOINTS = [
                 "limit",
                 "integer",
                 minimum=1,
-                maximum=LIST_LIMIT_MAX,
+                maximum=MAX_PAGE,
                 description=f"Rows at most (default {LIST_LIMIT}).",
             ),
+            Param("cursor", description="next_cursor of the previous page, with the same filters."),
         ),
         tag="start-gates",
-        shape=shape(pending_starts=ROWS, total={"type": "integer"}, truncated=BOOLEAN, **FANOUT),
+        shape=shape(pending_starts=ROWS, next_cursor={"type": ["string", "null"]}, **FANOUT),
     ),
     Endpoint(
         "POST",

@@ -638,8 +638,8 @@ async def terminate_workflow(call: Call, args: dict[str, Any], data: dict[str, A
 
 
 def _act_on_workflows(action: str) -> Any:
-    """POST /workflows/{cancel,terminate,signal,pause,resume}: a bounded step of a batch by filter on every
-    shard (at most ``limit`` runs each), its moved runs acted on where they live, and the
+    """POST /workflows/{cancel,terminate,signal,pause,resume,reset}: a bounded step of a batch by
+    filter on every shard (at most ``limit`` runs each), its moved runs acted on where they live, and the
     next_cursor that goes on (harvest.client.batch; docs/http-api.md, "Acting on many runs")."""
 
     async def handler(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
@@ -650,6 +650,7 @@ def _act_on_workflows(action: str) -> Any:
             decode_cursor,
             encode_cursor,
             filters_of,
+            reset_point_problem,
             step_arguments,
         )
 
@@ -674,6 +675,12 @@ def _act_on_workflows(action: str) -> Any:
         # (as the SQL: a dry run counts the runs and sends nothing, so it needs no name)
         if action == "signal" and not dry_run and not (data.get("signal_name") or "").strip():
             raise invalid("signal_name", "name the signal to send (a dry_run alone may leave it out)")
+        if action == "reset" and not dry_run and not (data.get("reason") or "").strip():
+            raise invalid("reason", "a reset needs a reason (a dry_run alone may leave it out)")
+        if action == "reset" and (
+            problem := reset_point_problem(data.get("reset_to") or "before_time", data.get("before"), dry_run)
+        ):
+            raise invalid("before", problem)
         if data.get("cursor"):
             try:
                 batch_id, positions = decode_cursor(data["cursor"])
@@ -696,6 +703,9 @@ def _act_on_workflows(action: str) -> Any:
             "dry_run": dry_run,
             "operator_id": data.get("operator_id") or call.operator_id,
             "batch_id": batch_id,
+            "reset_to": data.get("reset_to") or "before_time",
+            "before": data.get("before"),
+            "signal_reapply": data.get("signal_reapply") or "drop",
         }
         arguments = step_arguments(filters, options)
         tally = BatchTally(action, dry_run, batch_id)
@@ -818,6 +828,18 @@ BATCH_BODY = body(
         "dry_run": BOOLEAN,
         "operator_id": STRING,
         "batch_id": STRING,
+        "reset_to": {
+            "type": "string",
+            "enum": ["before_time", "first_workflow_task"],
+            "description": "A reset's point in each run's history: the last completed workflow task "
+            "written before `before` (the default) or its first.",
+        },
+        "before": {
+            **DATETIME,
+            "description": "A reset's time for reset_to before_time (required there, a 400 otherwise): "
+            "the bad deploy's.",
+        },
+        "signal_reapply": {"type": "string", "enum": ["drop", "buffer"]},
     }
 )
 BATCH_SHAPE = shape(
@@ -988,7 +1010,9 @@ ENDPOINTS = [
         "What the execution waits on now, and its last event id: at most limit entries in each "
         "list (the first by seq; timers by fire time; awaited_signals, the signals its pending "
         "ctx.wait_for_signal calls wait for, with since, timeout_at and timer_seq), each list's "
-        "length in totals. Failure details as stored, offloaded ones resolved.",
+        "length in totals; each activity with its last heartbeat (heartbeat_at, heartbeat_details: over 4096 "
+        "bytes a string of their first 200 characters and their size, heartbeat_details_clipped true; "
+        "heartbeat_details_bytes). Failure and heartbeat details as stored, offloaded ones resolved.",
         (
             EXECUTION,
             Param(
@@ -1272,6 +1296,21 @@ ENDPOINTS = [
         _act_on_workflows("resume"),
         "Resume every PAUSED run a filter selects, on every shard, at most limit a shard a request; "
         "next_cursor goes on (dry_run: count and sample, nothing written).",
+        body=BATCH_BODY,
+        tag="workflows",
+        shape=BATCH_SHAPE,
+    ),
+    Endpoint(
+        "POST",
+        "/workflows/reset",
+        "admin",
+        _act_on_workflows("reset"),
+        "Reset every RUNNING run a filter selects (a terminal run cannot be reset), each to the point "
+        "reset_to names in its own history (before_time, the default: the last completed workflow task "
+        "written before `before`, the bad deploy's time; or first_workflow_task), on every shard, at most "
+        "limit a shard a request; a run once per batch; next_cursor goes on (dry_run: count and sample, "
+        "nothing written). reason is required unless dry_run, before with before_time only (a 400 "
+        "naming the field).",
         body=BATCH_BODY,
         tag="workflows",
         shape=BATCH_SHAPE,

@@ -42,10 +42,12 @@ from starlette.staticfiles import StaticFiles
 from harvest.client.batch import (
     BATCH_STEP,
     BATCH_STEP_MAX,
+    RESET_POINTS,
     BatchTally,
     astep_request,
     decode_cursor,
     encode_cursor,
+    reset_point_problem,
     step_arguments,
 )
 from harvest.client.history_export import aexport_chunks, aresolved_in_batches
@@ -144,16 +146,22 @@ MAX_FORM_BYTES = 1 << 20  # a signal's payload is the largest field; the databas
 BULK_ACTIONS = ("replay", "discard")
 START_GATE_KINDS = ("throttle", "debounce", "batch")  # what holds a start back (list_pending_starts' kind)
 # The runs list's bulk actions (POST /workflows/bulk) and the scope each needs, as their per-run
-# actions and the API's POST /workflows/cancel|terminate|signal|pause|resume.
+# actions and the API's POST /workflows/cancel|terminate|signal|pause|resume|reset.
 RUN_BULK_SCOPES: dict[str, Scope] = {
     "cancel": "operate",
     "terminate": "admin",
     "signal": "operate",
     "pause": "operate",
     "resume": "operate",
+    "reset": "admin",
 }
 # The statuses a bulk action selects when the list names none (the SQL's defaults: _act_on_workflows).
-RUN_BULK_DEFAULT_STATUS = {"pause": "RUNNING", "resume": "PAUSED"}
+RUN_BULK_DEFAULT_STATUS = {"pause": "RUNNING", "resume": "PAUSED", "reset": "RUNNING"}
+# The statuses a bulk action can take (the others': the live ones): of the list's, the action
+# selects these alone (a reset: RUNNING, a terminal or paused run it refuses).
+RUN_BULK_STATUSES = {"reset": frozenset({"RUNNING"})}
+# A reset's signal reapply (reset_workflows' p_signal_reapply; its points: batch.RESET_POINTS).
+SIGNAL_REAPPLY = ("drop", "buffer")
 RUN_BULK_SAMPLE = 20  # ids a dry run shows (the first of each shard, oldest first)
 # Steps on each shard one POST makes (each a transaction of at most its limit of runs), then the
 # page says how far it got and offers Continue: a request, and what a click does, stay bounded.
@@ -271,20 +279,35 @@ def _bulk_offer(state: str | None, filters: dict[str, Any]) -> str | None:
             "filter by workflow, workflow ID, search attribute, creation time or failing task to act on the"
             " runs listed"
         )
-    if state is not None and not set(state.split(",")) & LIVE_STATUSES:
-        return "only live runs (RUNNING, PAUSED) can be cancelled, terminated, signalled, paused or resumed"
+    if state is not None and not _bulk_actions(state):
+        return (
+            "only live runs (RUNNING, PAUSED) can be cancelled, terminated, signalled, paused or resumed,"
+            " and RUNNING ones reset"
+        )
     return None
 
 
-def _bulk_filters(params: Any) -> tuple[str | None, dict[str, Any]]:
-    """The live statuses and the filters of a bulk action; an empty filter (a status alone would
-    select every live run) or no live status is a 400, as the API's."""
+def _bulk_statuses(action: str) -> frozenset[str]:
+    return RUN_BULK_STATUSES.get(action, LIVE_STATUSES)
+
+
+def _bulk_actions(state: str | None) -> list[str]:
+    """The bulk actions that take a status of the list's (every one when it names none)."""
+    named = set((state or "").split(",")) - {""}
+    return [a for a in RUN_BULK_SCOPES if not named or named & _bulk_statuses(a)]
+
+
+def _bulk_filters(params: Any, action: str) -> tuple[str | None, dict[str, Any]]:
+    """The statuses ``action`` takes and the filters of a bulk action; an empty filter (a status
+    alone would select every live run) or no status the action takes is a 400, as the API's."""
     state, filters = _run_filters(params)
     refused = _bulk_offer(state, filters)
+    if refused is None and state is not None and action not in _bulk_actions(state):
+        refused = f"no status of the list's ({state}) is one a {action} takes"
     if refused is not None:
         raise InvalidArgument(f"filter: {refused}")
-    live = [s for s in (state or "").split(",") if s in LIVE_STATUSES]
-    return ",".join(live) or None, filters
+    taken = [s for s in (state or "").split(",") if s in _bulk_statuses(action)]
+    return ",".join(taken) or None, filters
 
 
 def _run_bulk_action(params: Any) -> str:
@@ -311,6 +334,7 @@ def _done(action: str) -> str:
         "signal": "signalled",
         "pause": "paused",
         "resume": "resumed",
+        "reset": "reset",
     }.get(action, action)
 
 
@@ -335,9 +359,9 @@ def _signal_of(form: Any, name_field: str) -> tuple[str, Any]:
 def _filter_said(params: Any, action: str) -> list[tuple[str, str]]:
     """The filter of ``action`` in bulk as the confirmation names it."""
     state, filters = _run_filters(params)
-    live = [s for s in (state or "").split(",") if s in LIVE_STATUSES]
+    taken = [s for s in (state or "").split(",") if s in _bulk_statuses(action)]
     default = RUN_BULK_DEFAULT_STATUS.get(action, "RUNNING, PAUSED (every live run)")
-    said = [("status", ", ".join(live) if live else default)]
+    said = [("status", ", ".join(taken) if taken else default)]
     if filters["workflow_name"]:
         said.append(("workflow", filters["workflow_name"]))
     if filters["workflow_id"]:
@@ -478,7 +502,7 @@ class Dashboard:
             Route(
                 "/dead-letters/{shard:int}/{id:int}/discard", action(self.discard, "admin"), methods=["POST"]
             ),
-            Route("/start-gates", page(self.start_gates, "workflow_name", "kind", "limit")),
+            Route("/start-gates", page(self.start_gates, "workflow_name", "kind", "limit", "cursor")),
             Route("/start-gates/discard", action(self.discard_starts, "admin"), methods=["POST"]),
             Route(
                 "/start-gates/{shard:int}/{id:int}/discard",
@@ -737,6 +761,7 @@ class Dashboard:
             order=order,
             unavailable=unavailable,
             bulk=_bulk_offer(state, filters),
+            bulk_actions=_bulk_actions(state),
         )
 
     # -- the runs a filter selects: count, confirm, act in bounded steps --------------------------
@@ -749,7 +774,7 @@ class Dashboard:
         raised = await self._raised(request, principal, RUN_BULK_SCOPES[action])
         if isinstance(raised, Response):
             return raised
-        state, filters = _bulk_filters(q)
+        state, filters = _bulk_filters(q, action)
         tally = BatchTally(action, True)
         arguments = step_arguments(
             {**filters, "state": state}, {"limit": RUN_BULK_SAMPLE, "dry_run": True, "batch_id": None}
@@ -765,7 +790,7 @@ class Dashboard:
         left, a Continue form that goes on from where this stopped (the batch's cursor)."""
         action = form["action"]  # (read by _action: it chose the scope)
         filters_given = QueryParams(form.get("filters") or "")
-        state, filters = _bulk_filters(filters_given)
+        state, filters = _bulk_filters(filters_given, action)
         reason = _blank_none(form.get("reason"))
         if reason is None:
             raise InvalidArgument(
@@ -774,6 +799,12 @@ class Dashboard:
         signal: dict[str, Any] = {}
         if action == "signal":  # (the name and the payload, carried as given by Continue)
             signal["signal_name"], signal["payload"] = _signal_of(form, "signal_name")
+        if action == "reset":  # (point, time and signals, carried by Continue: the cursor's scope)
+            signal["reset_to"] = _choice(form, "reset_to", RESET_POINTS) or RESET_POINTS[0]
+            signal["before"] = _blank_none(form.get("before"))
+            if problem := reset_point_problem(signal["reset_to"], signal["before"]):
+                raise InvalidArgument(f"before: {problem}")
+            signal["signal_reapply"] = _choice(form, "signal_reapply", SIGNAL_REAPPLY) or SIGNAL_REAPPLY[0]
         limit = _int(form, "limit", 1, BATCH_STEP_MAX, BATCH_STEP)
         expected = _int(form, "expected", 0, 2**63 - 1, None)
         cursor = _param(form, "cursor")
@@ -817,6 +848,9 @@ class Dashboard:
             cursor=encode_cursor(batch_id, left) if left else None,
             signal_name=signal.get("signal_name"),
             payload_text=(form.get("payload") or "").strip(),
+            reset_to=signal.get("reset_to"),
+            before=signal.get("before"),
+            signal_reapply=signal.get("signal_reapply"),
         )
 
     async def _bulk_step(
@@ -871,7 +905,16 @@ class Dashboard:
             filter_query=_filter_query(filters),
             so_far=json.dumps({k: v for k, v in summary.items() if k != "execution_ids"}),
             steps=RUN_BULK_STEPS,
-            **{"reason": None, "limit": BATCH_STEP, "cursor": None, "signal_name": None, **context},
+            **{
+                "reason": None,
+                "limit": BATCH_STEP,
+                "cursor": None,
+                "signal_name": None,
+                "reset_to": None,
+                "before": None,
+                "signal_reapply": None,
+                **context,
+            },
         )
 
     async def find_run(self, request: Request, principal: Principal) -> Response:
@@ -962,12 +1005,14 @@ class Dashboard:
             stack = await api.get_execution_stack(execution_id, STACK_SHOWN)
             history = views.HistoryPage(HISTORY_SHOWN, after=after, before=before, full=full)
             rows = await history.fetch(api, execution_id)
-            if full:  # the run's and the page's offloaded payloads read back: one call, more past
-                # RESOLVE_BYTES (a full export's bound on what a read holds)
-                row, *rows = [
+            if full:  # the run's, its stack's and the page's offloaded payloads read back: one
+                # call, more past RESOLVE_BYTES (a full export's bound on what a read holds)
+                row, stack, *rows = [
                     value
                     async for value in aresolved_in_batches(
-                        _each([row, *rows]), lambda batch: principal.resolved(api, batch), len(rows) + 1
+                        _each([row, stack, *rows]),
+                        lambda batch: principal.resolved(api, batch),
+                        len(rows) + 2,
                     )
                 ]
             history.add_rows(rows)
@@ -1649,29 +1694,22 @@ class Dashboard:
         workflow_name = _param(q, "workflow_name")
         kind = _choice(q, "kind", START_GATE_KINDS)
         limit = _int(q, "limit", 1, MAX_PAGE, DEFAULT_PAGE)
-        fan = await fan_out_async(
-            self.source.apis(principal),
-            lambda api: api.list_pending_starts_page(workflow_name, kind, limit),
-            timeout=self.source.timeout,
+        # A page oldest first over every shard, the next by cursor (a throttle's backlog after an
+        # incident was every held-back start a view), as GET /start-gates/pending.
+        page = await self.source.reads(principal).list_pending_starts(
+            workflow_name, kind, limit, _param(q, "cursor")
         )
-        if not fan.results and fan.unavailable_shards:
-            raise _no_shard("no shard could be read; retry when one is up", fan.reasons)
-        rows = [
-            {"shard_id": s, **row}
-            for s, page in sorted(fan.results.items())
-            for row in page["pending_starts"]
-        ]
         return self.render(
             request,
             "start_gates.html",
             principal=principal,
             refresh=self._refresh(request),
-            rows=rows[:limit],
-            total=sum(page["total"] for page in fan.results.values()),
+            rows=page.value,
+            next_cursor=page.next_cursor,
             limit=limit,
             kind=kind,
             kinds=START_GATE_KINDS,
-            unavailable=fan.unavailable_shards,
+            unavailable=_unavailable(page),
         )
 
     async def discard_start(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
@@ -1686,10 +1724,10 @@ class Dashboard:
         if id_ > ROW_ID_MAX:
             raise NotFound(gone)
         if form.get("confirm") != "yes":
-            page = await self.source.on_shard(
-                shard, principal, lambda api: api.list_pending_starts_page(limit=1, id=id_), write=False
+            found = await self.source.on_shard(
+                shard, principal, lambda api: api.list_pending_starts(limit=1, id=id_), write=False
             )
-            row = next(iter(page["pending_starts"]), None)
+            row = next(iter(found), None)
             if row is None:
                 raise NotFound(gone)
             return self.render(

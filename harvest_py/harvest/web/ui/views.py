@@ -304,6 +304,20 @@ def execution_page(
         failure = {k: v for k, v in failure.items() if k != "traceback"}
     run["failure"] = history.show(failure)
     payloads = {k: history.show({k: run.get(k)})[k] for k in ("input", "output")}
+    # Each activity's last heartbeat details (its progress) are a payload: shown as the
+    # timeline's are (redacted unless full).
+    stack = {
+        **stack,
+        "pending_activities": [
+            {
+                **a,
+                "heartbeat_details": history.show({"heartbeat_details": a.get("heartbeat_details")})[
+                    "heartbeat_details"
+                ],
+            }
+            for a in stack.get("pending_activities") or ()
+        ],
+    }
     return {
         "execution": run,
         "payloads": payloads,

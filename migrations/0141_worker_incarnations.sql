@@ -1,4 +1,4 @@
--- 0138: a worker restarted under the same worker_id (a StatefulSet pod's name, a fixed
+-- 0141: a worker restarted under the same worker_id (a StatefulSet pod's name, a fixed
 -- --worker-id) gets its dead predecessor's tasks back at once instead of at their leases: each
 -- process registers with an incarnation of its own, a register by another process takes back
 -- what the id held (WorkerLost), and the predecessor's heartbeats, drain and stop no longer

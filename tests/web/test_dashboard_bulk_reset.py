@@ -1,0 +1,55 @@
+"""The runs list's bulk reset (GET/POST /ui/workflows/bulk, action reset): offered to an admin on
+a list of RUNNING runs, not on a list of FAILED ones (terminal: a reset refuses them); the count,
+the confirmation with the point and the bad deploy's time (a 400 without it), and the act, a run
+reset once (docs/dashboard.md, "Acting on many runs"; docs/operations.md, "Resetting many runs")."""
+
+from __future__ import annotations
+
+import urllib.parse
+
+from operator_helpers import failed_run, runs_across_a_deploy
+from web_helpers import api_client
+
+
+def test_the_dashboard_resets_the_running_runs_a_filter_lists(db, conn) -> None:
+    runs, deploy = runs_across_a_deploy(conn, "ship_order", ["o-0", "o-1"])
+    failed_run(conn, "ship_order", "f-1")
+    with api_client(db) as ui:
+        failed_list = ui.get("/ui/workflows", params={"workflow_name": "ship_order", "status": "FAILED"})
+        assert failed_list.status_code == 200, failed_list.text
+        assert 'value="reset"' not in failed_list.text  # (no action takes a FAILED run)
+        page = ui.get("/ui/workflows", params={"workflow_name": "ship_order", "status": "RUNNING"})
+        assert 'name="action" value="reset"' in page.text and 'value="pause"' in page.text
+        count = ui.get("/ui/workflows/bulk", params={"action": "reset", "workflow_name": "ship_order"})
+        assert count.status_code == 200, count.text
+        assert '<input type="hidden" name="expected" value="2">' in count.text
+        assert 'name="reset_to"' in count.text and 'name="before"' in count.text
+        assert all(r in count.text for r in runs)
+        refused = ui.get(
+            "/ui/workflows/bulk",
+            params={"action": "reset", "workflow_name": "ship_order", "status": "FAILED"},
+        )
+        assert refused.status_code == 400 and "RUNNING ones reset" in refused.text, refused.text
+        form = {
+            "action": "reset",
+            "filters": urllib.parse.urlencode({"workflow_name": "ship_order"}),
+            "reason": "incident 72",
+            "reset_to": "before_time",
+            "before": deploy.isoformat(),
+            "limit": "1",
+        }
+        no_time = ui.post("/ui/workflows/bulk", data={**form, "before": ""})
+        assert no_time.status_code == 400 and "before_time needs a time" in no_time.text, no_time.text
+        bad = ui.post("/ui/workflows/bulk", data={**form, "reset_to": "before_failure"})
+        assert bad.status_code == 400 and "reset_to" in bad.text
+        done = ui.post("/ui/workflows/bulk", data=form)
+        assert done.status_code == 200, done.text
+        assert 'id="bulk-summary"' in done.text and "<strong>2</strong> reset" in done.text, done.text
+    statuses = conn.execute(
+        "SELECT status, count(*) FROM harvest.executions GROUP BY 1 ORDER BY 1"
+    ).fetchall()
+    assert statuses == [("FAILED", 1), ("RUNNING", 2), ("TERMINATED", 2)]
+    forks = conn.execute(
+        "SELECT count(*) FROM harvest.events WHERE event_type = 'WorkflowResetFork'"
+    ).fetchone()[0]
+    assert forks == 2
