@@ -35,7 +35,7 @@ BODIES = {
 API = {
     "raised_55000": (500, "database_error", BUG),
     "lock_not_available": (500, "database_error", "lock timeout"),
-    "statement_timeout": (504, "query_canceled", "statement timeout"),
+    "statement_timeout": (504, "query_canceled", "was rolled back"),
     "lost_connection": (503, "database_unavailable", "no shard could be read"),
 }
 

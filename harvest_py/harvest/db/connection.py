@@ -294,7 +294,21 @@ def database_error_message(exc: psycopg.Error) -> tuple[str, int]:
     line = (exc.diag.message_primary or str(exc)).strip().splitlines()[0]
     if schema_missing(exc):  # the server's line alone ('schema "harvest" does not exist') said no remedy
         return f"{line}: the database is not migrated to this Harvest; run `harvest migrate run` on it", 1
+    if exc.sqlstate == QUERY_CANCELED:  # the server's line alone said neither what was kept nor what to do
+        return f"{line} (SQLSTATE {QUERY_CANCELED}): {QUERY_CANCELED_ADVICE}", 1
     return line, InvalidArgument.exit_code if invalid_input(exc) else 1
+
+
+# 57014 query_canceled: the session's statement_timeout ended the statement (a managed
+# platform's database setting, often 30 s, that the team's login cannot change for the database
+# but can override for its own roles), or a cancel request did. The statement rolled back.
+QUERY_CANCELED = "57014"
+QUERY_CANCELED_ADVICE = (
+    "the statement ran past the session's statement_timeout (the login's, its database's or the "
+    "URL's), or a cancel request ended it, and was rolled back: nothing of it was kept. Make each "
+    "step smaller (a command's --batch-size or --batch), or give this login a longer timeout "
+    "(ALTER ROLE <login> SET statement_timeout = '5min', which overrides the database's)"
+)
 
 
 def database_refusal(exc: psycopg.Error) -> HarvestError:

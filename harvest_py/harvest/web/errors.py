@@ -52,6 +52,7 @@ from harvest.core.errors import (
 )
 from harvest.core.json_values import json_default
 from harvest.db.connection import (
+    QUERY_CANCELED,
     DatabaseError,
     database_error_message,
     failure_reason,
@@ -117,11 +118,6 @@ def error_body(code: str, message: str, **details: Any) -> dict[str, Any]:
     return {
         "error": {"code": code, "message": message, **{k: v for k, v in details.items() if v is not None}}
     }
-
-
-# 57014 query_canceled: the server's statement_timeout ended the statement (or a cancel request
-# did). The database is there and answered: a 504 (the call took too long), not a 503.
-QUERY_CANCELED = "57014"
 
 
 def database_error_status(exc: BaseException) -> int:

@@ -1,0 +1,79 @@
+"""Harvest on a managed PostgreSQL's limits (RDS, Cloud SQL, Supabase): the team's logins are not
+superusers, and the database carries a statement_timeout the team cannot change for it
+(docs/install.md, "On a managed PostgreSQL"). A step the timeout ends says so in one line, with
+what was kept (nothing of that step) and what to do, and running it again resumes."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+from psycopg import conninfo
+
+from harvest.cli.main import main
+
+
+@pytest.fixture
+def platform_login(db: str, pg_server) -> Iterator[str]:
+    """A LOGIN NOSUPERUSER granted harvest_admin (the team's janitor), whose sessions in this
+    database get the platform's timeouts (as `ALTER DATABASE ... SET` would give every login; set
+    for this role in this database, so the shared clone keeps no setting after the test)."""
+    login = f"u_janitor_{uuid.uuid4().hex[:8]}"
+    dbname = conninfo.conninfo_to_dict(db)["dbname"]
+    with pg_server.admin() as admin:
+        admin.execute(f'CREATE ROLE "{login}" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE')
+        admin.execute(f'GRANT harvest_admin TO "{login}"')
+        timeouts = (("statement_timeout", "300ms"), ("idle_in_transaction_session_timeout", "60s"))
+        for setting, value in timeouts:
+            admin.execute(f'ALTER ROLE "{login}" IN DATABASE "{dbname}" SET {setting} = \'{value}\'')
+    try:
+        yield conninfo.make_conninfo(db, user=login)
+    finally:
+        with pg_server.admin() as admin:
+            admin.execute(f'DROP OWNED BY "{login}"')
+            admin.execute(f'DROP ROLE IF EXISTS "{login}"')
+
+
+def _harvest(dsn: str, *args: str):
+    return CliRunner().invoke(main, list(args), env={"HARVEST_DATABASE_URL": dsn})
+
+
+def _backlog(conn: psycopg.Connection, runs: int) -> None:
+    conn.execute(
+        "INSERT INTO harvest.executions (id, workflow_name, workflow_id, status, created_at, completed_at)"
+        " SELECT gen_random_uuid(), 'backlog', 'backlog-' || n, 'COMPLETED', now() - interval '50 days',"
+        " now() - interval '40 days' FROM generate_series(1, %s) AS n",
+        (runs,),
+    )
+
+
+def _runs(conn: psycopg.Connection) -> int:
+    row = conn.execute("SELECT count(*) FROM harvest.executions WHERE workflow_name = 'backlog'").fetchone()
+    return row[0] if row else 0
+
+
+def test_a_retention_batch_the_statement_timeout_ends_says_so_keeps_nothing_and_resumes(
+    db: str, platform_login: str
+) -> None:
+    """A batch held past the login's statement_timeout (here by a long transaction holding the
+    retention settings' row, which the batch updates last, after its deletes): one line naming
+    the timeout, that the batch was rolled back and what to do; exit 1; every run still there.
+    Once the holder is gone, the same command deletes them all."""
+    with psycopg.connect(db, autocommit=True) as owner:
+        owner.execute("SELECT harvest.set_retention('30 days', 100, 'test')")
+        _backlog(owner, 250)
+        with psycopg.connect(db) as holder:  # a report left open: holds the row, then commits
+            holder.execute("SELECT 1 FROM harvest.retention_config FOR UPDATE")
+            done = _harvest(platform_login, "retention", "run-now")
+            assert done.exit_code == 1, done.output
+            [line] = [x for x in done.output.splitlines() if x.startswith("error:")]
+            assert "statement timeout" in line and "statement_timeout" in line, line
+            assert "rolled back" in line and "--batch-size" in line and "ALTER ROLE" in line, line
+            assert _runs(owner) == 250  # nothing half-done: the batch's deletes went with it
+        done = _harvest(platform_login, "retention", "run-now")
+        assert done.exit_code == 0, done.output
+        assert "deleted 250 execution(s) in 3 batch(es)" in done.output, done.output
+        assert _runs(owner) == 0
