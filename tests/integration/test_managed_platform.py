@@ -77,3 +77,21 @@ def test_a_retention_batch_the_statement_timeout_ends_says_so_keeps_nothing_and_
         assert done.exit_code == 0, done.output
         assert "deleted 250 execution(s) in 3 batch(es)" in done.output, done.output
         assert _runs(owner) == 0
+
+
+def test_the_management_apis_pool_takes_its_size_from_web_pool_size(db: str) -> None:
+    """`harvest serve` had no way to size its pool (10 a shard) for a server of 25 connections:
+    `web.pool_size` (HARVEST_WEB__POOL_SIZE) bounds it; a bad value is refused naming the key."""
+    from starlette.testclient import TestClient
+
+    from harvest.config import load_config
+    from harvest.core.errors import ConfigError
+    from harvest.web.app import management_app
+
+    config = load_config(env={"HARVEST_WEB__POOL_SIZE": "2", "HARVEST_DATABASE_URL": db})
+    api = management_app(dsn=db, config=config, profile="dev")
+    with TestClient(api) as http:
+        assert http.get("/workflows").status_code == 200
+        assert api.state.harvest.pool.max_size == 2
+    with pytest.raises(ConfigError, match=r"web\.pool_size|WEB__POOL_SIZE"):
+        load_config(env={"HARVEST_WEB__POOL_SIZE": "0"})

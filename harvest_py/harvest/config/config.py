@@ -139,6 +139,9 @@ SCHEMA: dict[tuple[str, ...], type] = {
     ("profile",): str,
     ("web", "host"): str,
     ("web", "port"): int,
+    # The management API's pool (harvest serve, management_app): at most this many connections
+    # per shard, for a server whose max_connections is small (a managed platform's).
+    ("web", "pool_size"): int,
     ("readiness", "require_shard_readiness"): bool,
     # `harvest migrate run`'s bound on a migration's lock wait (harvest/db/migrate.py): seconds
     # a try, seconds in all.
@@ -162,6 +165,8 @@ BOUNDS[("migrate", "lock_wait")] = (0, 86400)
 UNITS[("migrate", "lock_wait")] = " seconds"
 BOUNDS[("web", "port")] = (0, 65535)
 UNITS[("web", "port")] = ""
+BOUNDS[("web", "pool_size")] = (1, 1000)
+UNITS[("web", "pool_size")] = " connections"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 

@@ -365,24 +365,25 @@ def management_app(
     authorizer: Authorizer | None = None,
     profile: str | None = None,
     app: Any = None,
-    pool_size: int = DEFAULT_POOL_SIZE,
+    pool_size: int | None = None,
     plan: RuntimePlan | None = None,
     runtimes_failure: Callable[[], BaseException | None] | None = None,
 ) -> Starlette:
     """The management API (a Starlette app; mount it under any prefix).
 
     ``dsn``: one database (default: ``HARVEST_DATABASE_URL`` / ``database_url`` of the config);
-    ``shards``: an :class:`harvest.shard.AsyncShardPools` the caller opened (and closes), else
-    the config's ``[shards]``; ``config``: a :class:`harvest.config.Config` (default: read
+    ``shards``: an :class:`harvest.shard.AsyncShardPools` the caller opened (and closes), else the
+    config's ``[shards]``; ``config``: a :class:`harvest.config.Config` (default: read
     ``harvest.toml`` and ``HARVEST_*``); ``authorizer``: turns a request into a Principal
-    (:class:`harvest.web.principal.Authorizer`); ``profile``: ``dev`` serves everyone as admin
-    when no authorizer is given (default: the config's ``profile``, else fail closed); ``app``:
-    the :class:`harvest.App` whose catalog the handler and registered-type routes show;
-    ``plan``: the runtimes this process runs, which ``/admin/config`` and ``/admin/retention``
+    (:class:`harvest.web.principal.Authorizer`); ``profile``: ``dev`` serves everyone as admin when
+    no authorizer is given (default: the config's ``profile``, else fail closed); ``app``: the
+    :class:`harvest.App` whose catalog the handler and registered-type routes show; ``pool_size``:
+    the most connections its pool opens per shard (default: the config's ``web.pool_size``, else
+    10); ``plan``: the runtimes this process runs, which ``/admin/config`` and ``/admin/retention``
     report (default: ``runtime_plan(config)``, what the config places here; a process that runs
-    fewer passes :meth:`RuntimePlan.as_run`'s); ``runtimes_failure``: the error of the runtimes
-    that process runs beside the API once they ended by themselves (None while they run), which
-    makes every health probe answer 503."""
+    fewer passes :meth:`RuntimePlan.as_run`'s); ``runtimes_failure``: the error of the runtimes that
+    process runs beside the API once they ended by themselves (None while they run), which makes
+    every health probe answer 503."""
     from harvest.web import openapi
 
     if dsn is not None and shards is not None:
@@ -405,7 +406,7 @@ def management_app(
         authorizer=authorizer,
         app=app,
         dsn=dsn,
-        pool_size=pool_size,
+        pool_size=pool_size if pool_size is not None else config.get("web.pool_size", DEFAULT_POOL_SIZE),
         pools=shards,
         router=shards.router if shards is not None else ShardRouter.from_config(config),
         plan=runtime_plan(config) if plan is None else plan,
