@@ -38,8 +38,9 @@ async def pay(ctx: WorkflowContext, amount: float) -> bool:
     await run(charge, 1, priority="high")  # expect-error: mypy=call-overload pyright=reportCallIssue
     await run("charge", 1, retry=3)  # expect-error: mypy=call-overload pyright=reportCallIssue
     # A predicate is a plain function returning a bool, and its timeout a Duration.
-    await ctx.wait_condition(lambda: ctx.execute_activity(charge, 1))  # expect-error: mypy=arg-type pyright=reportArgumentType
-    await ctx.wait_condition(lambda: True, timeout=[5])  # expect-error: mypy=arg-type pyright=reportArgumentType
+    wait = ctx.wait_condition
+    await wait(lambda: run(charge, 1))  # expect-error: mypy=arg-type pyright=reportArgumentType
+    await wait(lambda: True, timeout=[5])  # expect-error: mypy=arg-type pyright=reportArgumentType
     return n > 0
 
 
