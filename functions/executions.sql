@@ -1298,7 +1298,8 @@ BEGIN
                      || CASE WHEN p_failing IS NOT NULL
                              THEN jsonb_build_array(jsonb_build_object('failing', p_failing))::text ELSE '' END
                      || CASE WHEN p_action = 'reset'
-                             THEN jsonb_build_array(p_reset_to, p_signal_reapply, p_before)::text ELSE '' END);
+                             THEN jsonb_build_array(p_reset_to, p_signal_reapply, extract(EPOCH FROM p_before))::text
+                             ELSE '' END);
         IF p_cursor IS NOT NULL AND p_cursor <> '' THEN
             SELECT * INTO v_cursor FROM harvest._decode_cursor(p_cursor);  -- (HR001: not a cursor)
             IF v_cursor.scope IS DISTINCT FROM v_scope THEN

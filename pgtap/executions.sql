@@ -1332,7 +1332,7 @@ ROLLBACK;
 -- and none of what the bad code did; a run is reset once per batch; the point, its time, the
 -- signal reapply, the reason and the states are checked first.
 BEGIN;
-SELECT plan(26);
+SELECT plan(27);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 -- A run of rb_wf (its own queues: a claim takes any task of a queue) the good code ran until
 -- the deploy at 00:30 and the bad code after it:
@@ -1433,5 +1433,18 @@ SELECT is((SELECT jsonb_build_array(details ->> 'batch_id', details ->> 'reset_t
 SELECT is((SELECT details ->> 'batch_id' FROM harvest.audit_log
            WHERE operation = 'workflow.reset' AND target = pg_temp.run('rb1')::text),
           'b-1', 'each run''s workflow.reset row names the batch');
+-- A batch's cursor goes on from a session of another TimeZone (the scope holds the time as an
+-- instant, not as its text in the session's TimeZone).
+SET LOCAL TimeZone = 'UTC';
+CREATE TEMP TABLE rb_tz AS SELECT d ->> 'next_cursor' AS cursor
+FROM harvest.reset_workflows(p_before => '2030-01-01 00:30:00+00', p_workflow_name => 'rb_wf', p_reason => 'tz',
+                             p_batch_id => 'b-tz', p_limit => 1) AS d;
+SET LOCAL TimeZone = 'Asia/Kolkata';
+SELECT is((SELECT (d -> 'acted')::integer
+           FROM harvest.reset_workflows(p_before => '2030-01-01 00:30:00+00', p_workflow_name => 'rb_wf',
+                                        p_reason => 'tz', p_batch_id => 'b-tz', p_limit => 1,
+                                        p_cursor => (SELECT cursor FROM rb_tz)) AS d),
+          1, 'a batch reset''s cursor goes on from a session of another TimeZone');
+SET LOCAL TimeZone = 'UTC';
 SELECT * FROM finish();
 ROLLBACK;
