@@ -6,6 +6,7 @@ reset once (docs/dashboard.md, "Acting on many runs"; docs/operations.md, "Reset
 from __future__ import annotations
 
 import urllib.parse
+from datetime import UTC
 
 from operator_helpers import failed_run, runs_across_a_deploy
 from web_helpers import api_client
@@ -53,3 +54,28 @@ def test_the_dashboard_resets_the_running_runs_a_filter_lists(db, conn) -> None:
         "SELECT count(*) FROM harvest.events WHERE event_type = 'WorkflowResetFork'"
     ).fetchone()[0]
     assert forks == 2
+
+
+def test_the_dashboard_reads_the_bad_deploys_time_as_its_other_time_fields(db, conn) -> None:
+    """The time is checked before anything is written (a 400 naming before, not the database's cast
+    error), and a time without an offset is UTC, as the list's created_after."""
+    _, deploy = runs_across_a_deploy(conn, "ship_order", ["o-0"])
+    form = {
+        "action": "reset",
+        "filters": urllib.parse.urlencode({"workflow_name": "ship_order"}),
+        "reason": "incident 72",
+        "reset_to": "before_time",
+        "limit": "1",
+    }
+    with api_client(db) as ui:
+        bad = ui.post("/ui/workflows/bulk", data={**form, "before": "yesterday"})
+        assert bad.status_code == 400 and "before" in bad.text and "not a date or time" in bad.text, bad.text
+        naive = deploy.astimezone(UTC).replace(tzinfo=None).isoformat()
+        done = ui.post("/ui/workflows/bulk", data={**form, "before": naive})
+        assert done.status_code == 200, done.text
+        assert "<strong>1</strong> reset" in done.text, done.text
+    before = conn.execute(
+        "SELECT (details ->> 'before')::timestamptz FROM harvest.audit_log"
+        " WHERE operation = 'workflow.bulk_reset'"
+    ).fetchone()[0]
+    assert before == deploy

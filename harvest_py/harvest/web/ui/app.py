@@ -801,7 +801,7 @@ class Dashboard:
             signal["signal_name"], signal["payload"] = _signal_of(form, "signal_name")
         if action == "reset":  # (point, time and signals, carried by Continue: the cursor's scope)
             signal["reset_to"] = _choice(form, "reset_to", RESET_POINTS) or RESET_POINTS[0]
-            signal["before"] = _blank_none(form.get("before"))
+            signal["before"] = _time(form, "before")  # (as the list's times: checked here, UTC if no offset)
             if problem := reset_point_problem(signal["reset_to"], signal["before"]):
                 raise InvalidArgument(f"before: {problem}")
             signal["signal_reapply"] = _choice(form, "signal_reapply", SIGNAL_REAPPLY) or SIGNAL_REAPPLY[0]
@@ -849,7 +849,7 @@ class Dashboard:
             signal_name=signal.get("signal_name"),
             payload_text=(form.get("payload") or "").strip(),
             reset_to=signal.get("reset_to"),
-            before=signal.get("before"),
+            before=signal["before"].isoformat() if signal.get("before") else None,
             signal_reapply=signal.get("signal_reapply"),
         )
 
