@@ -25,6 +25,7 @@ def test_the_dashboard_resets_the_running_runs_a_filter_lists(db, conn) -> None:
         assert count.status_code == 200, count.text
         assert '<input type="hidden" name="expected" value="2">' in count.text
         assert 'name="reset_to"' in count.text and 'name="before"' in count.text
+        assert "blank for the first workflow task" in count.text  # (the time is before_time's, not its)
         assert all(r in count.text for r in runs)
         refused = ui.get(
             "/ui/workflows/bulk",
