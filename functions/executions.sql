@@ -1404,8 +1404,14 @@ BEGIN
                         ELSE
                             v_point := harvest._reset_point(v_execution, p_reset_to, p_before);
                             IF v_point IS NULL THEN
-                                RAISE EXCEPTION 'run % has no valid reset point (%)', v_row.id, p_reset_to
-                                    USING ERRCODE = 'HR001';
+                                RAISE EXCEPTION 'run % has no valid reset point %', v_row.id,
+                                    p_reset_to || CASE WHEN p_reset_to = 'before_time'
+                                        THEN ' before ' || harvest._iso_time(p_before) || ' (none written before '
+                                             'that time, or none among the 1000 events nearest it)' ELSE '' END
+                                    || ': reset it with first_workflow_task, or alone with harvest workflow '
+                                       'reset --to-event (its --dry-run says which points are valid)'
+                                    USING ERRCODE = 'HR001',
+                                    HINT = 'harvest workflow stack shows what the run waits on';
                             END IF;
                             PERFORM harvest._reset_execution(v_row.id, v_point, p_reason, p_operator_id,
                                                              p_signal_reapply, false, v_batch);

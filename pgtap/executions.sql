@@ -1332,7 +1332,7 @@ ROLLBACK;
 -- and none of what the bad code did; a run is reset once per batch; the point, its time, the
 -- signal reapply, the reason and the states are checked first.
 BEGIN;
-SELECT plan(27);
+SELECT plan(28);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 -- A run of rb_wf (its own queues: a claim takes any task of a queue) the good code ran until
 -- the deploy at 00:30 and the bad code after it:
@@ -1433,6 +1433,14 @@ SELECT is((SELECT jsonb_build_array(details ->> 'batch_id', details ->> 'reset_t
 SELECT is((SELECT details ->> 'batch_id' FROM harvest.audit_log
            WHERE operation = 'workflow.reset' AND target = pg_temp.run('rb1')::text),
           'b-1', 'each run''s workflow.reset row names the batch');
+SELECT is((SELECT d -> 'failures' -> 0 ->> 'error'
+           FROM harvest.reset_workflows(p_before => '2029-12-31 00:00:00+00', p_workflow_id => 'rb1',
+                                        p_reason => 'too early', p_batch_id => 'b-none') AS d),
+          'run ' || (SELECT id FROM harvest.executions WHERE workflow_id = 'rb1' AND status = 'RUNNING')
+          || ' has no valid reset point before_time before 2029-12-31T00:00:00+00:00 (none written before that time, '
+          || 'or none among the 1000 events nearest it): reset it with first_workflow_task, or alone with '
+          || 'harvest workflow reset --to-event (its --dry-run says which points are valid)',
+          'a run with no valid point counts in failures, saying what to do');
 -- A batch's cursor goes on from a session of another TimeZone (the scope holds the time as an
 -- instant, not as its text in the session's TimeZone).
 SET LOCAL TimeZone = 'UTC';
