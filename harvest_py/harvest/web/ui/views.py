@@ -304,20 +304,10 @@ def execution_page(
         failure = {k: v for k, v in failure.items() if k != "traceback"}
     run["failure"] = history.show(failure)
     payloads = {k: history.show({k: run.get(k)})[k] for k in ("input", "output")}
-    # Each activity's last heartbeat details (its progress) are a payload: shown as the
-    # timeline's are (redacted unless full).
-    stack = {
-        **stack,
-        "pending_activities": [
-            {
-                **a,
-                "heartbeat_details": history.show({"heartbeat_details": a.get("heartbeat_details")})[
-                    "heartbeat_details"
-                ],
-            }
-            for a in stack.get("pending_activities") or ()
-        ],
-    }
+    # The stack's payloads (each activity's last heartbeat details and last failure, the
+    # workflow task's last failure: its details and traceback) shown as the timeline's are,
+    # redacted unless full: what GET /workflows/{id}/stack shows a token without payloads.
+    stack = history.show(stack)
     return {
         "execution": run,
         "payloads": payloads,
