@@ -716,7 +716,8 @@ def progress_line(activity: dict[str, Any]) -> str:
     if details is None:
         shown = "no details"
     elif isinstance(details, dict) and details.get("redacted") is True:
-        shown = f"details redacted ({details.get('bytes')} bytes)"
+        # (clipped, the redacted value is the clipped string's size: the stack's is theirs)
+        shown = f"details redacted ({activity.get('heartbeat_details_bytes') or details.get('bytes')} bytes)"
     elif activity.get("heartbeat_details_clipped") and isinstance(details, str):
         shown = escape_controls(details, newlines=False)  # (its first 200 characters and its size)
     else:
