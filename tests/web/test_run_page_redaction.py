@@ -20,15 +20,17 @@ def _token(db: str, name: str, scope: str, payloads: bool) -> str:
         ).fetchone()[0]
 
 
-def _failing_task_run(db: str) -> str:
-    """A run whose workflow task failed with details and a traceback carrying SECRET."""
+def _failing_task_run(db: str, *, since: bool = True) -> str:
+    """A run whose workflow task failed with details and a traceback carrying SECRET (and, if
+    ``since``, when it began failing)."""
     failure = {
         "error_type": "ValueError",
         "message": "bad order",
         "details": {"card": SECRET},
         "traceback": f"Traceback (most recent call last):\n  line 1, secret={SECRET}\nValueError: bad order",
-        "failing_since": "2030-01-02T03:04:05+00:00",
     }
+    if since:
+        failure["failing_since"] = "2030-01-02T03:04:05+00:00"
     with psycopg.connect(db, autocommit=True) as conn:
         eid = str(
             conn.execute(
@@ -61,3 +63,13 @@ def test_a_failing_workflow_tasks_details_and_traceback_are_redacted_on_the_run_
         # In full, an operator who sees payloads sees them.
         page = api.get(f"/ui/workflows/{eid}?payloads=full", headers={"Authorization": f"Bearer {operator}"})
         assert page.status_code == 200 and SECRET in page.text, page.text
+
+
+def test_a_failing_workflow_task_without_its_since_still_shows_the_run_page(db: str) -> None:
+    """A workflow task's failure written without failing_since (by a release before it was
+    recorded) is shown without it: the page answered 500 (the template read a missing key)."""
+    eid = _failing_task_run(db, since=False)
+    with api_client(db) as api:
+        page = api.get(f"/ui/workflows/{eid}")
+        assert page.status_code == 200, page.text
+        assert 'id="task-failing"' in page.text and "failing since" not in page.text
