@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 from web_helpers import api_client, authorizer_for, serve
 
 from harvest import ActivityFailure, App, activity, query, update, workflow
@@ -39,6 +40,8 @@ SECRETS = {
         "dead",
         "schedule",
         "conf",
+        "taskfail",
+        "heartbeat",
     )
 }
 
@@ -147,10 +150,12 @@ def secret_world(db: str, start_worker) -> dict[str, Any]:
         assert dag_run.status_code in (200, 201), dag_run.text
         dag_run_id = dag_run.json()["execution_id"]
         workers = api.get("/workers").json()["workers"]
+    stuck = _stuck_run(db)
     return {
         "execution_id": vault,
         "failed_id": fails,
         "parked_id": parks,
+        "stuck_id": stuck,
         "dag_run_id": dag_run_id,
         "workflow_name": "np_vault",
         "name": "np-schedule",
@@ -161,6 +166,36 @@ def secret_world(db: str, start_worker) -> dict[str, Any]:
         "shard_id": 0,
         "from": "24h",  # (/admin/usage's window)
     }
+
+
+def _stuck_run(db: str) -> str:
+    """A run on a queue no worker polls, its workflow task failing (the failure's details and
+    traceback hold a secret) and an activity running whose last heartbeat's details hold
+    another: what its stack shows (written in SQL, as a worker would have)."""
+    failure = {
+        "error_type": "Stuck",
+        "message": "the workflow task fails",
+        "details": {"why": SECRETS["taskfail"]},
+        "traceback": f"Traceback (most recent call last):\n  {SECRETS['taskfail']}\nStuck",
+        "failing_since": "2030-01-02T03:04:05+00:00",
+    }
+    with psycopg.connect(db, autocommit=True) as conn:
+        (stuck,) = conn.execute(
+            "SELECT execution_id FROM harvest.start_workflow('np_stuck', '[]', 'np-stuck', 'np_nobody')"
+        ).fetchone()
+        conn.execute(
+            "UPDATE harvest.tasks SET last_failure = %s, attempt = 2"
+            " WHERE execution_id = %s AND kind = 'workflow'",
+            (Jsonb(failure), stuck),
+        )
+        conn.execute(
+            "INSERT INTO harvest.tasks (execution_id, kind, queue, status, due_at, scheduled_at, seq,"
+            " activity_name, attempt, started_at, heartbeat_at, heartbeat_details)"
+            " VALUES (%s, 'activity', 'np_nobody', 'running', now(), now(), 1, 'np_crawl', 1,"
+            " now(), now(), %s)",
+            (stuck, Jsonb({"page": SECRETS["heartbeat"]})),
+        )
+    return str(stuck)
 
 
 def _token(db: str, name: str, scope: str, payloads: bool) -> str:
@@ -269,7 +304,7 @@ async def _walk(db: str, token: str, ids: dict[str, Any]) -> dict[str, tuple[int
             for template in [p for p in doc["paths"] if p.startswith("/workflows/{execution_id}")]:
                 if "get" not in doc["paths"][template] or template.endswith("/events/stream"):
                     continue
-                for other in ("failed_id", "parked_id", "dag_run_id"):
+                for other in ("failed_id", "parked_id", "dag_run_id", "stuck_id"):
                     path = _fill(template, {**ids, "execution_id": ids[other]})
                     for params in _variants(doc["paths"][template]["get"], ids):
                         response = await client.get(path, params=params, headers=auth)
@@ -293,6 +328,8 @@ async def _walk(db: str, token: str, ids: dict[str, Any]) -> dict[str, tuple[int
                 f"/ui/workflows/{vault}?payloads=full",
                 f"/ui/workflows/{ids['failed_id']}?payloads=full",
                 f"/ui/workflows/{ids['parked_id']}?payloads=full",
+                f"/ui/workflows/{ids['stuck_id']}",
+                f"/ui/workflows/{ids['stuck_id']}?payloads=full",
                 "/ui/schedules",
                 "/ui/schedules/0/np-schedule",
                 "/ui/dags",
@@ -327,6 +364,8 @@ def test_a_token_without_payloads_reads_every_route_and_sees_no_payload(db: str,
     assert statuses[f"GET /workflows/{vault}/history {{}}"] == 200
     assert statuses[f"GET /workflows/{vault}/events/stream {{}}"] == 200
     assert statuses[f"GET /ui/workflows/{vault}"] == 200
+    stuck = secret_world["stuck_id"]  # (its failing task's and heartbeat's details on its page)
+    assert statuses[f"GET /ui/workflows/{stuck}"] == statuses[f"GET /workflows/{stuck}/stack {{}}"] == 200
     # What only a payload answers is refused, naming the token's payloads: false.
     assert statuses[f"POST /workflows/{vault}/query"] == 403
     assert statuses[f"POST /workflows/{vault}/update"] == 403
