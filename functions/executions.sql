@@ -1213,6 +1213,8 @@ DECLARE
     v_params text[] := ARRAY[]::text[];
     v_holding boolean := false;  -- an earlier run's subtransaction committed: its row locks stay
     v_changed boolean;
+    v_fork_at bigint;  -- (a reset: the boundary a run that is a reset's fork was forked at)
+    v_forks integer := 0;  -- (a reset: forks left at or after their boundary, counted in unchanged too)
 BEGIN
     IF p_limit IS NULL OR p_limit < 1 OR p_limit > 1000 THEN
         RAISE EXCEPTION 'limit % is out of range 1..1000', p_limit USING ERRCODE = 'HR001',
@@ -1413,9 +1415,22 @@ BEGIN
                                     USING ERRCODE = 'HR001',
                                     HINT = 'harvest workflow stack shows what the run waits on';
                             END IF;
-                            PERFORM harvest._reset_execution(v_row.id, v_point, p_reason, p_operator_id,
-                                                             p_signal_reapply, false, v_batch);
-                            v_acted := v_acted || v_row.id;
+                            -- A reset's fork (another batch's, a single reset's) is reset again only
+                            -- to a point earlier than the boundary it was forked at: the same command
+                            -- run again without its batch id finds that boundary again and would
+                            -- throw away what the fork did since (a corrected, earlier time still
+                            -- resets it; first_workflow_task does unless the fork began there).
+                            SELECT (ev.event_data ->> 'to_event')::bigint INTO v_fork_at FROM harvest.events AS ev
+                            WHERE ev.execution_id = v_row.id AND ev.event_type = 'WorkflowResetFork'
+                            ORDER BY ev.event_id DESC LIMIT 1;
+                            IF v_point >= v_fork_at THEN
+                                v_unchanged := v_unchanged + 1;
+                                v_forks := v_forks + 1;
+                            ELSE
+                                PERFORM harvest._reset_execution(v_row.id, v_point, p_reason, p_operator_id,
+                                                                 p_signal_reapply, false, v_batch);
+                                v_acted := v_acted || v_row.id;
+                            END IF;
                         END IF;
                     ELSIF p_action IN ('pause', 'resume') THEN  -- (lifecycle.sql: false when so already)
                         v_changed := CASE p_action WHEN 'pause' THEN harvest._pause_execution(v_execution, p_reason, p_operator_id)
@@ -1474,6 +1489,7 @@ BEGIN
             'as_of', v_as_of, 'limit', p_limit,
             'scanned', least(v_rows, p_limit), 'acted', cardinality(v_acted), 'already_ended', v_ended,
             'unchanged', v_unchanged, 'moved', cardinality(v_moved), 'failed', jsonb_array_length(v_failures),
+            'forks_kept', CASE WHEN p_action = 'reset' THEN v_forks END,
             'execution_ids', to_jsonb(v_acted))));
     END IF;
     RETURN jsonb_build_object('action', p_action, 'dry_run', v_dry, 'batch_id', v_batch,
@@ -1481,7 +1497,9 @@ BEGIN
         'matched', least(v_rows, p_limit), 'acted', CASE WHEN v_dry THEN 0 ELSE cardinality(v_acted) END,
         'already_ended', v_ended, 'unchanged', v_unchanged, 'execution_ids', to_jsonb(v_acted),
         'moved', to_jsonb(v_moved), 'failures', v_failures,
-        'next_cursor', CASE WHEN v_more THEN harvest._encode_cursor(v_last_created, v_last_id, v_as_of, v_scope) END);
+        'next_cursor', CASE WHEN v_more THEN harvest._encode_cursor(v_last_created, v_last_id, v_as_of, v_scope) END)
+        -- (a reset's: of unchanged, the reset's forks its point did not take back past their fork boundary)
+        || CASE WHEN p_action = 'reset' AND NOT v_dry THEN jsonb_build_object('forks_kept', v_forks) ELSE '{}'::jsonb END;
 END;
 $$;
 
@@ -1584,7 +1602,10 @@ $$;
 -- (reset.sql, _reset_point: before_time, the last valid boundary written before p_before, the bad
 -- deploy's time; first_workflow_task) as reset_workflow does it, signals after the point dropped
 -- or carried (p_signal_reapply). A run is reset once per batch: a fork this batch made counts
--- unchanged; a run with no valid point, a child, a continue-as-new successor counts in failures.
+-- unchanged; so does a reset's fork (any batch's, a single reset's) whose point is not earlier
+-- than the boundary it was forked at (forks_kept: a batch run again without its id keeps the
+-- forks' progress); a run with no valid point, a child, a continue-as-new successor counts in
+-- failures.
 -- Audited per step (workflow.bulk_reset) and per run (workflow.reset, with the batch id).
 CREATE OR REPLACE FUNCTION harvest.reset_workflows(
     p_reset_to text DEFAULT 'before_time', p_before timestamptz DEFAULT NULL, p_signal_reapply text DEFAULT 'drop',
@@ -2142,7 +2163,8 @@ COMMENT ON FUNCTION harvest.pause_workflows IS
 COMMENT ON FUNCTION harvest.reset_workflows IS
 'Reset the RUNNING runs a filter selects, each to the point p_reset_to names in its own history (before_time: the '
 'last valid boundary written before p_before, the bad deploy''s time; first_workflow_task), a bounded step a call, '
-'continued by next_cursor; a run is reset once per batch; audited, p_dry_run counts. For admins (role harvest_admin).';
+'continued by next_cursor; a run is reset once per batch, and a reset''s fork only to a point before its fork '
+'boundary (else unchanged, forks_kept); audited, p_dry_run counts. For admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.resume_workflows IS
 'Resume the PAUSED runs a filter selects (a RUNNING one counted unchanged), each as resume_workflow does, as '
 'cancel_workflows takes and answers them. For operators (role harvest_operator).';

@@ -1332,7 +1332,7 @@ ROLLBACK;
 -- and none of what the bad code did; a run is reset once per batch; the point, its time, the
 -- signal reapply, the reason and the states are checked first.
 BEGIN;
-SELECT plan(28);
+SELECT plan(37);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 -- A run of rb_wf (its own queues: a claim takes any task of a queue) the good code ran until
 -- the deploy at 00:30 and the bad code after it:
@@ -1401,7 +1401,7 @@ SELECT is((SELECT d - 'next_cursor' - 'execution_ids' - 'shard_id'
                                         p_workflow_id => 'rb1', p_reason => 'bad deploy', p_operator_id => 'oncall',
                                         p_batch_id => 'b-1', p_limit => 1) AS d),
           '{"action": "reset", "dry_run": false, "batch_id": "b-1", "matched": 1, "acted": 1, "already_ended": 0,
-            "unchanged": 0, "moved": [], "failures": []}'::jsonb, 'a step resets the RUNNING run it selects');
+            "unchanged": 0, "forks_kept": 0, "moved": [], "failures": []}'::jsonb, 'a step resets the RUNNING run it selects');
 SELECT is((SELECT status FROM harvest.executions WHERE id = pg_temp.run('rb1')), 'TERMINATED',
           'the source ends TERMINATED');
 SELECT is((SELECT array_agg(ev.event_type ORDER BY ev.event_id) FROM harvest.events AS ev
@@ -1420,6 +1420,51 @@ SELECT is((SELECT jsonb_build_array(d -> 'acted', d -> 'unchanged')
                                         p_reason => 'bad deploy', p_batch_id => 'b-1') AS d),
           '[1, 1]'::jsonb, 'run again, the batch resets the other run and counts its own fork unchanged');
 SELECT is((SELECT count(*) FROM harvest.executions WHERE workflow_name = 'rb_wf'), 5::bigint, 'one fork a running run');
+-- A reset's fork is reset again only to a point before the boundary it was forked at: the same
+-- command run again without its batch id (a new batch) finds that boundary again and leaves the
+-- fork (unchanged, forks_kept); an earlier time still resets it. rb3: the good code's events 1-4
+-- at 00:00, 5 WorkflowTaskCompleted, 6 ActivityScheduled(2), 7 ActivityCompleted(2) at 00:20, the
+-- bad code's 8, 9 at 01:00.
+SELECT set_config('harvest.fake_now', '2030-01-01 00:00:00+00', true);
+SELECT pg_temp.good_part('rb3');
+SELECT set_config('harvest.fake_now', '2030-01-01 00:20:00+00', true);
+SELECT pg_temp.decide('rb3', '[{"type": "schedule_activity", "seq": 2, "name": "pack", "queue": "rb_aq_rb3"}]');
+SELECT harvest.complete_activity(t.task_id, t.fencing_token, '"packed"')
+FROM harvest.claim_tasks('acts', ARRAY['rb_aq_rb3'], 1) AS t;
+SELECT set_config('harvest.fake_now', '2030-01-01 01:00:00+00', true);
+SELECT pg_temp.decide('rb3', '[{"type": "schedule_activity", "seq": 3, "name": "ship_v2", "queue": "rb_aq"}]');
+SELECT is((SELECT (d -> 'acted')::integer
+           FROM harvest.reset_workflows(p_before => '2030-01-01 00:30:00+00', p_workflow_id => 'rb3',
+                                        p_reason => 'bad deploy', p_batch_id => 'b-3') AS d),
+          1, 'rb3 is reset to before the deploy (event 7)');
+CREATE TEMP TABLE rb3_fork AS SELECT id FROM harvest.executions WHERE workflow_id = 'rb3' AND status = 'RUNNING';
+SELECT is((SELECT max(event_id) FROM harvest.events WHERE execution_id = (SELECT id FROM rb3_fork)), 8::bigint,
+          'setup: the fork carries events 1-7 and its WorkflowResetFork');
+SELECT is((SELECT d - 'next_cursor' - 'execution_ids' - 'shard_id' - 'batch_id'
+           FROM harvest.reset_workflows(p_before => '2030-01-01 00:30:00+00', p_workflow_id => 'rb3',
+                                        p_reason => 'bad deploy') AS d),
+          '{"action": "reset", "dry_run": false, "matched": 1, "acted": 0, "already_ended": 0, "unchanged": 1,
+            "forks_kept": 1, "moved": [], "failures": []}'::jsonb,
+          'the same command again without its batch id (a new batch) leaves the fork: its point is its fork boundary');
+SELECT is((SELECT status FROM harvest.executions WHERE id = (SELECT id FROM rb3_fork)), 'RUNNING',
+          'the fork goes on, its progress kept');
+SELECT is((SELECT (details ->> 'forks_kept')::integer FROM harvest.audit_log
+           WHERE operation = 'workflow.bulk_reset' ORDER BY id DESC LIMIT 1), 1, 'the step''s audit row counts it');
+SELECT is((SELECT jsonb_build_array(d -> 'acted', d -> 'forks_kept')
+           FROM harvest.reset_workflows(p_before => '2030-01-01 00:10:00+00', p_workflow_id => 'rb3',
+                                        p_reason => 'the deploy was earlier') AS d),
+          '[1, 0]'::jsonb, 'a corrected, earlier time resets the fork (to event 4, before its boundary 7)');
+SELECT is((SELECT (ev.event_data ->> 'to_event')::bigint FROM harvest.events AS ev
+           JOIN harvest.executions AS f ON f.id = ev.execution_id
+           WHERE f.workflow_id = 'rb3' AND f.status = 'RUNNING' AND ev.event_type = 'WorkflowResetFork'
+           ORDER BY ev.event_id DESC LIMIT 1),
+          4::bigint, 'the new fork is forked at event 4');
+SELECT is((SELECT jsonb_build_array(d -> 'acted', d -> 'forks_kept')
+           FROM harvest.reset_workflows('first_workflow_task', p_workflow_id => 'rb3', p_reason => 'redo') AS d),
+          '[1, 0]'::jsonb, 'first_workflow_task resets a fork forked later (event 1 is before its boundary)');
+SELECT is((SELECT jsonb_build_array(d -> 'acted', d -> 'forks_kept')
+           FROM harvest.reset_workflows('first_workflow_task', p_workflow_id => 'rb3', p_reason => 'redo') AS d),
+          '[0, 1]'::jsonb, 'and run again leaves the fork it made (forked at its first workflow task)');
 SELECT is((SELECT array_agg(status) FROM harvest.executions WHERE workflow_id = 'rb_f'), ARRAY['FAILED'],
           'the FAILED run is left alone: no fork');
 SELECT is((SELECT (d -> 'acted')::integer

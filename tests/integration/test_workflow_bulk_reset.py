@@ -61,6 +61,13 @@ def test_bulk_reset_takes_the_running_runs_to_before_the_deploy_once(db, conn) -
         "json",
     )
     assert (json.loads(again.stdout)["acted"], json.loads(again.stdout)["unchanged"]) == (0, 3)  # its forks
+    # The same command without its batch id (a new batch: a timeout, a second terminal): the
+    # forks' point is their fork boundary again, so they keep what they did since.
+    rerun = harvest(db, *base, *before, "--reason", "incident 72", "--yes", "-o", "json")
+    assert rerun.returncode == 0, rerun.stderr
+    redone = json.loads(rerun.stdout)
+    assert redone["batch_id"] != summary["batch_id"]
+    assert (redone["acted"], redone["unchanged"], redone["failed"]) == (0, 3, 0)
     forks = conn.execute(
         "SELECT f.event_data ->> 'source_execution_id', array_agg(ev.event_type ORDER BY ev.event_id)"
         " FROM harvest.events AS f JOIN harvest.events AS ev ON ev.execution_id = f.execution_id"
