@@ -405,9 +405,11 @@ def bulk_reset(**options: Any) -> None:
     on every shard, each to the point --to names in its own history (admin).
 
     Each source ends TERMINATED and its fork runs under the current code. A run is reset once per
-    batch. A terminal run cannot be reset (a FAILED one included): an activity's failure is
-    recovered from its dead letter (harvest dlq bulk-replay). Asks first unless --yes. Exit codes
-    as bulk-cancel."""
+    batch, and a reset's fork only to a point before the one it was forked at (else it counts
+    unchanged: the same command run again without --batch-id keeps the forks' progress). A
+    terminal run cannot be reset (a FAILED one included): an activity's failure is recovered from
+    its dead letter (harvest dlq bulk-replay). Asks first unless --yes. Exit codes as
+    bulk-cancel."""
     _batch("reset", **options)
 
 
