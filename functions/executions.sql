@@ -1238,6 +1238,12 @@ BEGIN
             RAISE EXCEPTION 'the reset point before_time needs a time (p_before)' USING ERRCODE = 'HR001',
                 HINT = 'give the bad deploy''s time, e.g. --before 2026-05-03T14:00:00Z, or use first_workflow_task';
         END IF;
+        IF p_before > harvest.now() THEN
+            RAISE EXCEPTION 'the time % is in the future: a bad deploy''s time has passed', harvest._iso_time(p_before)
+                USING ERRCODE = 'HR001',
+                HINT = 'give the deploy''s time with its offset (a time without one is UTC), e.g. --before '
+                       '2026-05-03T14:00:00Z';
+        END IF;
         IF p_reset_to = 'first_workflow_task' AND p_before IS NOT NULL THEN
             RAISE EXCEPTION 'a time (p_before) is only for the reset point before_time' USING ERRCODE = 'HR001',
                 HINT = 'leave the time out, or use before_time';
@@ -1415,15 +1421,18 @@ BEGIN
                                     USING ERRCODE = 'HR001',
                                     HINT = 'harvest workflow stack shows what the run waits on';
                             END IF;
-                            -- A reset's fork (another batch's, a single reset's) is reset again only
-                            -- to a point earlier than the boundary it was forked at: the same command
-                            -- run again without its batch id finds that boundary again and would
-                            -- throw away what the fork did since (a corrected, earlier time still
-                            -- resets it; first_workflow_task does unless the fork began there).
+                            -- A reset's fork (another batch's, a single reset's) is not reset to the
+                            -- very boundary it was forked at: the same command run again without its
+                            -- batch id finds that boundary again and would throw away what the fork
+                            -- did since. A corrected, earlier time still resets it, and so does a
+                            -- later deploy's time that finds a later boundary (the fork's own work
+                            -- before that deploy kept); first_workflow_task does unless the fork
+                            -- began there. (A time in the future, which would find the fork's
+                            -- latest boundary, is refused above.)
                             SELECT (ev.event_data ->> 'to_event')::bigint INTO v_fork_at FROM harvest.events AS ev
                             WHERE ev.execution_id = v_row.id AND ev.event_type = 'WorkflowResetFork'
                             ORDER BY ev.event_id DESC LIMIT 1;
-                            IF v_point >= v_fork_at THEN
+                            IF v_point = v_fork_at THEN
                                 v_unchanged := v_unchanged + 1;
                                 v_forks := v_forks + 1;
                             ELSE
@@ -1602,9 +1611,9 @@ $$;
 -- (reset.sql, _reset_point: before_time, the last valid boundary written before p_before, the bad
 -- deploy's time; first_workflow_task) as reset_workflow does it, signals after the point dropped
 -- or carried (p_signal_reapply). A run is reset once per batch: a fork this batch made counts
--- unchanged; so does a reset's fork (any batch's, a single reset's) whose point is not earlier
--- than the boundary it was forked at (forks_kept: a batch run again without its id keeps the
--- forks' progress); a run with no valid point, a child, a continue-as-new successor counts in
+-- unchanged; so does a reset's fork (any batch's, a single reset's) whose point is the boundary
+-- it was forked at (forks_kept: a batch run again without its id keeps the forks' progress; a time
+-- in the future is refused); a run with no valid point, a child, a continue-as-new successor counts in
 -- failures.
 -- Audited per step (workflow.bulk_reset) and per run (workflow.reset, with the batch id).
 CREATE OR REPLACE FUNCTION harvest.reset_workflows(
@@ -2163,8 +2172,8 @@ COMMENT ON FUNCTION harvest.pause_workflows IS
 COMMENT ON FUNCTION harvest.reset_workflows IS
 'Reset the RUNNING runs a filter selects, each to the point p_reset_to names in its own history (before_time: the '
 'last valid boundary written before p_before, the bad deploy''s time; first_workflow_task), a bounded step a call, '
-'continued by next_cursor; a run is reset once per batch, and a reset''s fork only to a point before its fork '
-'boundary (else unchanged, forks_kept); audited, p_dry_run counts. For admins (role harvest_admin).';
+'continued by next_cursor; a run is reset once per batch, and a reset''s fork never to the boundary it was forked '
+'at (unchanged, forks_kept); audited, p_dry_run counts. For admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.resume_workflows IS
 'Resume the PAUSED runs a filter selects (a RUNNING one counted unchanged), each as resume_workflow does, as '
 'cancel_workflows takes and answers them. For operators (role harvest_operator).';

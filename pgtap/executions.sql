@@ -1332,7 +1332,7 @@ ROLLBACK;
 -- and none of what the bad code did; a run is reset once per batch; the point, its time, the
 -- signal reapply, the reason and the states are checked first.
 BEGIN;
-SELECT plan(37);
+SELECT plan(39);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 -- A run of rb_wf (its own queues: a claim takes any task of a queue) the good code ran until
 -- the deploy at 00:30 and the bad code after it:
@@ -1465,6 +1465,21 @@ SELECT is((SELECT jsonb_build_array(d -> 'acted', d -> 'forks_kept')
 SELECT is((SELECT jsonb_build_array(d -> 'acted', d -> 'forks_kept')
            FROM harvest.reset_workflows('first_workflow_task', p_workflow_id => 'rb3', p_reason => 'redo') AS d),
           '[0, 1]'::jsonb, 'and run again leaves the fork it made (forked at its first workflow task)');
+-- A later bad deploy that reaches the fork: its point is a boundary the fork wrote itself, after
+-- the one it was forked at, so it is reset (only the very fork boundary is kept).
+SELECT set_config('harvest.fake_now', '2030-01-01 02:00:00+00', true);
+SELECT pg_temp.decide('rb3', '[{"type": "schedule_activity", "seq": 1, "name": "charge", "queue": "rb_aq_rb3"}]');
+SELECT harvest.complete_activity(t.task_id, t.fencing_token, '"charged"')
+FROM harvest.claim_tasks('acts', ARRAY['rb_aq_rb3'], 1) AS t;
+SELECT pg_temp.decide('rb3', '[]');
+SELECT set_config('harvest.fake_now', '2030-01-01 04:00:00+00', true);
+SELECT is((SELECT jsonb_build_array(d -> 'acted', d -> 'forks_kept')
+           FROM harvest.reset_workflows(p_before => '2030-01-01 03:00:00+00', p_workflow_id => 'rb3',
+                                        p_reason => 'a second bad deploy') AS d),
+          '[1, 0]'::jsonb, 'a later deploy''s time resets the fork to a boundary it wrote after its fork boundary');
+SELECT throws_ok($$SELECT harvest.reset_workflows(p_before => '2030-01-01 05:00:00+00', p_workflow_id => 'rb3',
+                                                  p_reason => 'future')$$,
+                 'HR001', NULL, 'a time in the future is refused: it would find a fork''s latest boundary');
 SELECT is((SELECT array_agg(status) FROM harvest.executions WHERE workflow_id = 'rb_f'), ARRAY['FAILED'],
           'the FAILED run is left alone: no fork');
 SELECT is((SELECT (d -> 'acted')::integer

@@ -405,8 +405,9 @@ def bulk_reset(**options: Any) -> None:
     on every shard, each to the point --to names in its own history (admin).
 
     Each source ends TERMINATED and its fork runs under the current code. A run is reset once per
-    batch, and a reset's fork only to a point before the one it was forked at (else it counts
-    unchanged: the same command run again without --batch-id keeps the forks' progress). A
+    batch, and a reset's fork never to the very boundary it was forked at (it counts unchanged:
+    the same command run again without --batch-id keeps the forks' progress; a --before in the
+    future is refused). A
     terminal run cannot be reset (a FAILED one included): an activity's failure is recovered from
     its dead letter (harvest dlq bulk-replay). Asks first unless --yes. Exit codes as
     bulk-cancel."""
