@@ -836,6 +836,7 @@ class Dashboard:
             left.update({s: p for s, p in after.items() if s in tally.unavailable})
             positions = {s: p for s, p in after.items() if s not in tally.unavailable}
         left.update(positions)
+        before = signal.get("before")
         return self._bulk_page(
             request,
             principal,
@@ -849,7 +850,7 @@ class Dashboard:
             signal_name=signal.get("signal_name"),
             payload_text=(form.get("payload") or "").strip(),
             reset_to=signal.get("reset_to"),
-            before=signal["before"].isoformat() if signal.get("before") else None,
+            before=before.isoformat() if before else None,
             signal_reapply=signal.get("signal_reapply"),
         )
 
