@@ -97,6 +97,19 @@ def test_an_unreadable_file_names_the_variable_and_the_path(tmp_path: Path) -> N
         env_secret("HARVEST_TOKEN", empty)
 
 
+def test_a_file_too_large_for_a_secret_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    from harvest.core.secret_files import MAX_SECRET_BYTES, env_secret
+
+    big = {"HARVEST_TOKEN_FILE": _secret(tmp_path, "x" * (MAX_SECRET_BYTES + 1), "big")}
+    with pytest.raises(ConfigError, match=r"HARVEST_TOKEN_FILE names .*big', which holds more than 64 KiB"):
+        env_secret("HARVEST_TOKEN", big)
+    # A device that never ends (a path to /dev/zero by mistake) reads one bound's worth, then stops.
+    with pytest.raises(ConfigError, match=r"which holds more than 64 KiB"):
+        env_secret("HARVEST_TOKEN", {"HARVEST_TOKEN_FILE": "/dev/zero"})
+    at_bound = {"HARVEST_TOKEN_FILE": _secret(tmp_path, "y" * MAX_SECRET_BYTES, "at_bound")}
+    assert env_secret("HARVEST_TOKEN", at_bound) == "y" * MAX_SECRET_BYTES
+
+
 def test_an_error_about_a_secret_from_a_file_shows_no_secret(tmp_path: Path) -> None:
     """A value refused from a file: its error names the _FILE variable, not the file's text."""
     env = {"HARVEST_REDIS__URL_FILE": _secret(tmp_path, "http://u:s3cr3t@redis1/0\n")}

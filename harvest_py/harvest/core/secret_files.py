@@ -29,6 +29,9 @@ SECRET_VARIABLES = frozenset(
         "HARVEST_BACKUP_SCRATCH_URL",
     }
 )
+# The largest secret file read: a URL or a token is far smaller, and a path naming a device or a
+# log by mistake (/dev/zero, /dev/stdin) must stop the process with an error, not hang it.
+MAX_SECRET_BYTES = 64 * 1024
 # ... and the tables whose every entry is one (a shard's URL): the prefix of each entry's name.
 SECRET_TABLES = ("HARVEST_SHARDS__URLS__", "HARVEST_SHARDS__SESSION_URLS__")
 
@@ -53,12 +56,17 @@ def read_secret_file(variable: str, path: str) -> str:
     ConfigError naming both when it cannot be read, or is empty (a secret is never empty)."""
     try:
         with open(path, "rb") as handle:
-            data = handle.read()
+            data = handle.read(MAX_SECRET_BYTES + 1)
     except OSError as exc:
         raise ConfigError(
             f"{variable} names {path!r}, which cannot be read ({exc.strerror or type(exc).__name__}): "
             "mount the secret there, or give its value another way"
         ) from None
+    if len(data) > MAX_SECRET_BYTES:
+        raise ConfigError(
+            f"{variable} names {path!r}, which holds more than {MAX_SECRET_BYTES // 1024} KiB: "
+            "a secret is a URL or a token; name the file that holds it"
+        )
     try:
         text = data.decode()
     except UnicodeDecodeError:
