@@ -68,6 +68,12 @@ def test_bulk_reset_takes_the_running_runs_to_before_the_deploy_once(db, conn) -
     redone = json.loads(rerun.stdout)
     assert redone["batch_id"] != summary["batch_id"]
     assert (redone["acted"], redone["unchanged"], redone["failed"]) == (0, 3, 0)
+    assert redone["forks_kept"] == 3 and summary["forks_kept"] == 0  # (its own forks: not "kept")
+    assert [r["forks_kept"] for r in redone["shards"]] == [3]
+    said = harvest(db, *base, *before, "--reason", "incident 72", "--yes")  # (text: a third batch)
+    assert said.returncode == 0 and "3 unchanged (3 fork(s) kept at their fork boundary)" in said.stdout, (
+        said.stdout
+    )
     forks = conn.execute(
         "SELECT f.event_data ->> 'source_execution_id', array_agg(ev.event_type ORDER BY ev.event_id)"
         " FROM harvest.events AS f JOIN harvest.events AS ev ON ev.execution_id = f.execution_id"
@@ -91,6 +97,10 @@ def test_the_client_resets_by_filter_and_a_failed_run_is_refused(db, conn) -> No
             client.reset_workflows(reason="incident 72", workflow_id="c-1")
         summary = client.reset_workflows(reason="incident 72", workflow_id="c-1", before=deploy)
         assert (summary["action"], summary["acted"]) == ("reset", 1)
+        assert summary["forks_kept"] == 0
+        kept = client.reset_workflows(reason="incident 72", workflow_id="c-1", before=deploy)
+        assert (kept["acted"], kept["unchanged"], kept["forks_kept"]) == (0, 1, 1)  # (its fork, kept)
+        assert "forks_kept" not in client.cancel_workflows(reason="x", workflow_id="none")
         none = client.reset_workflows(reason="incident 72", workflow_id="h-1", before=deploy)
         assert none["matched"] == 0  # (FAILED: not selected)
     one = harvest(db, "workflow", "reset", failed, "--to-event", "1", "--reason", "by hand")

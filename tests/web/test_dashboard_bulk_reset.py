@@ -47,6 +47,13 @@ def test_the_dashboard_resets_the_running_runs_a_filter_lists(db, conn) -> None:
         done = ui.post("/ui/workflows/bulk", data=form)
         assert done.status_code == 200, done.text
         assert 'id="bulk-summary"' in done.text and "<strong>2</strong> reset" in done.text, done.text
+        assert '<strong id="bulk-forks-kept">0</strong> forks kept' in done.text, done.text
+        # The same form again, a new batch: the forks' point is their fork boundary, kept and said.
+        anew = ui.post("/ui/workflows/bulk", data=form)
+        assert anew.status_code == 200, anew.text
+        assert "<strong>0</strong> reset" in anew.text, anew.text
+        assert '<strong id="bulk-forks-kept">2</strong> forks kept' in anew.text, anew.text
+        assert '<th class="num">Forks kept</th>' in anew.text
     statuses = conn.execute(
         "SELECT status, count(*) FROM harvest.executions GROUP BY 1 ORDER BY 1"
     ).fetchall()

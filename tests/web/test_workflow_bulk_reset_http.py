@@ -34,10 +34,20 @@ def test_the_route_resets_the_running_runs_to_before_the_deploy_once_and_needs_a
         assert (step["action"], step["acted"], step["failed"]) == ("reset", 1, 0)
         rest = api.post("/workflows/reset", json={**body, "batch_id": step["batch_id"]}).json()
         assert (rest["acted"], rest["unchanged"]) == (2, 1)  # (o-0's fork: this batch's)
+        assert rest["forks_kept"] == 0  # (this batch's own fork: not a fork kept at its boundary)
+        # A new batch (no batch id): each fork's point is its fork boundary again, kept, and said.
+        anew = api.post("/workflows/reset", json=body).json()
+        assert (anew["acted"], anew["unchanged"], anew["forks_kept"]) == (0, 3, 3), anew
+        assert [r["forks_kept"] for r in anew["shards"]] == [3]
+        cancel = api.post("/workflows/cancel", json={"workflow_name": "none", "reason": "x"}).json()
+        assert "forks_kept" not in cancel and all("forks_kept" not in r for r in cancel["shards"])
         spec = api.get("/openapi.json").json()["paths"]["/workflows/reset"]["post"]
         props = spec["requestBody"]["content"]["application/json"]["schema"]["properties"]
         assert props["reset_to"]["enum"] == ["before_time", "first_workflow_task"]
         assert props["before"]["format"] == "date-time"
+        answer = spec["responses"]["200"]["content"]["application/json"]["schema"]
+        assert answer["properties"]["forks_kept"]["type"] == "integer"
+        assert "forks_kept" not in answer["required"]  # (a reset's only)
     statuses = conn.execute(
         "SELECT status, count(*) FROM harvest.executions GROUP BY 1 ORDER BY 1"
     ).fetchall()

@@ -280,12 +280,16 @@ def _emit(tally: BatchTally, output: str) -> None:
             lines = [head] + ([f"  e.g. {', '.join(sample[:20])}"] if sample else [])
         else:
             done = f"{d['acted']} {DONE[d['action']]}"
-            ended = f"{d['already_ended']} already ended, {d['unchanged']} unchanged, {d['failed']} failed"
+            kept = f" ({d['forks_kept']} fork(s) kept at their fork boundary)" if d.get("forks_kept") else ""
+            ended = (
+                f"{d['already_ended']} already ended, {d['unchanged']} unchanged{kept}, {d['failed']} failed"
+            )
             lines = [f"batch {d['batch_id']}: {d['matched']} matched, {done}, {ended}"]
         columns = (
             ["shard_id", "matched"]
             if d["dry_run"]
             else ["shard_id", "matched", "acted", "already_ended", "unchanged", "failed", "followed"]
+            + (["forks_kept"] if "forks_kept" in d else [])
         )
         if len(d["shards"]) > 1:
             lines.append(table(d["shards"], columns))

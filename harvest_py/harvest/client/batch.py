@@ -139,9 +139,14 @@ class ShardTally:
     unchanged: int = 0
     failed: int = 0
     followed: int = 0
+    forks_kept: int = 0  # (a reset's: of unchanged, forks left at their own fork boundary)
 
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+    def as_dict(self, action: str | None = None) -> dict[str, Any]:
+        """The shard's row; forks_kept only in a reset's (``action``), as the SQL answers it."""
+        out = dict(self.__dict__)
+        if action != "reset":
+            del out["forks_kept"]
+        return out
 
 
 @dataclass
@@ -195,6 +200,7 @@ class BatchTally:
         tally.acted += len(fresh)
         tally.unchanged += int(answer.get("unchanged") or 0) + len(acted) - len(fresh)
         tally.already_ended += int(answer.get("already_ended") or 0)
+        tally.forks_kept += int(answer.get("forks_kept") or 0)
         for failure in answer.get("failures") or []:
             tally.failed += 1
             self._failure({**failure, "shard_id": shard})
@@ -208,7 +214,7 @@ class BatchTally:
         self.batch_id = self.batch_id or summary.get("batch_id")
         for row in summary.get("shards") or []:
             tally = self._shard(int(row["shard_id"]))
-            for key in ("matched", "acted", "already_ended", "unchanged", "failed", "followed"):
+            for key in ("matched", "acted", "already_ended", "unchanged", "failed", "followed", "forks_kept"):
                 setattr(tally, key, getattr(tally, key) + int(row.get(key) or 0))
         for failure in summary.get("failures") or []:
             self._failure(failure)
@@ -233,11 +239,13 @@ class BatchTally:
             "batch_id": self.batch_id,
             **{k: self.total(k) for k in ("matched", "acted", "already_ended", "unchanged", "failed")},
             "failures": self.failures,
-            "shards": [self.shards[s].as_dict() for s in sorted(self.shards)],
+            "shards": [self.shards[s].as_dict(self.action) for s in sorted(self.shards)],
             "unavailable_shards": sorted(self.unavailable),
             "shard_errors": [{"shard_id": s, "error": r} for s, r in sorted(self.unavailable.items())],
             "status": "partial" if self.unavailable else "complete",
         }
+        if self.action == "reset":  # (of unchanged: forks left at their own fork boundary)
+            out["forks_kept"] = self.total("forks_kept")
         if self.dry_run:
             out["execution_ids"] = self.sample
         return out

@@ -860,6 +860,9 @@ BATCH_SHAPE = shape(
 )
 # A dry run's sample of the runs it selected (only a dry run answers it).
 BATCH_SHAPE["properties"]["execution_ids"] = {"type": "array", "items": {"type": "string"}}
+# A reset's (only a reset answers it): of unchanged, the reset's forks whose point was the very
+# boundary they were forked at, left with what they did since (summed over the shards).
+BATCH_SHAPE["properties"]["forks_kept"] = {"type": "integer", "minimum": 0}
 TIMEOUT = {"type": "number", "minimum": 0.001, "maximum": 3600}
 WAIT = {"type": "string", "enum": ["accepted", "completed"]}
 # An update's answer: its id in both (the caller's, else minted); result only once completed.
