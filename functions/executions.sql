@@ -1345,7 +1345,11 @@ BEGIN
                 'shard_id', harvest.get_shard_id(),
                 'matched', v_matched, 'acted', 0, 'already_ended', 0, 'unchanged', 0,
                 'execution_ids', to_jsonb(v_acted), 'moved', '[]'::jsonb, 'failures', '[]'::jsonb,
-                'next_cursor', NULL);
+                'next_cursor', NULL)
+                -- (a reset's: each selected run's point, or why it has none: reset.sql's _reset_points)
+                || CASE WHEN p_action = 'reset'
+                        THEN jsonb_build_object('points', harvest._reset_points(v_acted, p_reset_to, p_before, v_batch))
+                        ELSE '{}'::jsonb END;
         END IF;
         v_sql := format('SELECT e.id, e.created_at, e.status FROM harvest.executions AS e WHERE %s '
                         'ORDER BY e.created_at, e.id LIMIT %s', array_to_string(v_where, ' AND '), p_limit + 1);
@@ -1508,7 +1512,10 @@ BEGIN
         'moved', to_jsonb(v_moved), 'failures', v_failures,
         'next_cursor', CASE WHEN v_more THEN harvest._encode_cursor(v_last_created, v_last_id, v_as_of, v_scope) END)
         -- (a reset's: of unchanged, the reset's forks its point did not take back past their fork boundary)
-        || CASE WHEN p_action = 'reset' AND NOT v_dry THEN jsonb_build_object('forks_kept', v_forks) ELSE '{}'::jsonb END;
+        || CASE WHEN p_action = 'reset' AND NOT v_dry THEN jsonb_build_object('forks_kept', v_forks) ELSE '{}'::jsonb END
+        || CASE WHEN p_action = 'reset' AND v_dry  -- (by ids: each named run's point, as by filter above)
+                THEN jsonb_build_object('points', harvest._reset_points(v_acted, p_reset_to, p_before, v_batch))
+                ELSE '{}'::jsonb END;
 END;
 $$;
 

@@ -1332,7 +1332,7 @@ ROLLBACK;
 -- and none of what the bad code did; a run is reset once per batch; the point, its time, the
 -- signal reapply, the reason and the states are checked first.
 BEGIN;
-SELECT plan(39);
+SELECT plan(42);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 -- A run of rb_wf (its own queues: a claim takes any task of a queue) the good code ran until
 -- the deploy at 00:30 and the bad code after it:
@@ -1396,6 +1396,15 @@ SELECT is((SELECT d -> 'matched' FROM harvest.reset_workflows(p_before => '2030-
                                                                p_workflow_name => 'rb_wf', p_dry_run => true) AS d),
           '2'::jsonb, 'a dry run counts the RUNNING runs (not the FAILED one), writes nothing');
 SELECT is((SELECT count(*) FROM harvest.executions WHERE workflow_name = 'rb_wf'), 3::bigint, 'no fork after a dry run');
+SELECT is((SELECT jsonb_agg(p - 'execution_id') FROM harvest.reset_workflows(p_before => '2030-01-01 00:30:00+00',
+              p_workflow_name => 'rb_wf', p_dry_run => true) AS d, jsonb_array_elements(d -> 'points') AS p),
+          '[{"event_id": 4, "at": "2030-01-01T00:00:00+00:00", "why": null},
+            {"event_id": 4, "at": "2030-01-01T00:00:00+00:00", "why": null}]'::jsonb,
+          'a dry run of a reset says each selected run''s point and its time');
+SELECT is((SELECT d -> 'points' -> 0 ->> 'why' FROM harvest.reset_workflows(p_before => '2029-12-31 23:00:00+00',
+              p_workflow_name => 'rb_wf', p_dry_run => true, p_limit => 1) AS d),
+          'no valid reset point before_time before 2029-12-31T23:00:00+00:00 (none written before that time, or none among '
+          'the 1000 events nearest it)', 'or why it has none (up to the step''s limit)');
 SELECT is((SELECT d - 'next_cursor' - 'execution_ids' - 'shard_id'
            FROM harvest.reset_workflows(p_before => '2030-01-01 00:30:00+00', p_workflow_name => 'rb_wf',
                                         p_workflow_id => 'rb1', p_reason => 'bad deploy', p_operator_id => 'oncall',
@@ -1448,6 +1457,11 @@ SELECT is((SELECT d - 'next_cursor' - 'execution_ids' - 'shard_id' - 'batch_id'
           'the same command again without its batch id (a new batch) leaves the fork: its point is its fork boundary');
 SELECT is((SELECT status FROM harvest.executions WHERE id = (SELECT id FROM rb3_fork)), 'RUNNING',
           'the fork goes on, its progress kept');
+SELECT is((SELECT (d -> 'points' -> 0) - 'execution_id'
+           FROM harvest.reset_workflows(p_before => '2030-01-01 00:30:00+00', p_workflow_id => 'rb3',
+                                        p_dry_run => true) AS d),
+          '{"event_id": 7, "at": "2030-01-01T00:20:00+00:00", "why": "its own fork boundary: left as it is (forks_kept)"}'::jsonb,
+          'a dry run says a fork would be left at its fork boundary');
 SELECT is((SELECT (details ->> 'forks_kept')::integer FROM harvest.audit_log
            WHERE operation = 'workflow.bulk_reset' ORDER BY id DESC LIMIT 1), 1, 'the step''s audit row counts it');
 SELECT is((SELECT jsonb_build_array(d -> 'acted', d -> 'forks_kept')

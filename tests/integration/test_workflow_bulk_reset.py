@@ -7,6 +7,7 @@ tests/chaos/test_chaos_bad_deploy.py."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 import pytest
 from operator_helpers import failed_run, harvest, runs_across_a_deploy
@@ -31,6 +32,15 @@ def test_bulk_reset_takes_the_running_runs_to_before_the_deploy_once(db, conn) -
     dry = harvest(db, *base, *before, "--reason", "incident 72", "--dry-run", "--output", "json")
     assert dry.returncode == 0, dry.stderr
     assert json.loads(dry.stdout)["matched"] == 3  # (the FAILED run is not selected)
+    points = json.loads(dry.stdout)["points"]  # (each selected run's point: the same in each)
+    assert sorted(p["execution_id"] for p in points) == sorted(runs)
+    seen = {(p["event_id"] > 0, datetime.fromisoformat(p["at"]) < deploy, p["why"]) for p in points}
+    assert seen == {(True, True, None)}
+    untimed = harvest(
+        db, *base, "--reason", "x", "--dry-run"
+    )  # (no --before: a count, each run saying why no point)
+    assert untimed.returncode == 0 and "EVENT_ID" in untimed.stdout, untimed.stderr
+    assert untimed.stdout.count("no time given: before_time needs the bad deploy's time") == 3, untimed.stdout
     unasked = harvest(db, *base, *before, "--reason", "incident 72")  # (no terminal, no --yes)
     assert unasked.returncode == 2 and "pass --yes" in unasked.stderr, unasked.stderr
     for bad, said in (
@@ -95,6 +105,8 @@ def test_the_client_resets_by_filter_and_a_failed_run_is_refused(db, conn) -> No
     with Client(db) as client:
         with pytest.raises(InvalidArgument, match="before_time needs a time"):
             client.reset_workflows(reason="incident 72", workflow_id="c-1")
+        dry = client.reset_workflows(reason=None, workflow_id="c-1", before=deploy, dry_run=True)
+        assert [(p["execution_id"], p["why"]) for p in dry["points"]] == [(runs[0], None)], dry
         summary = client.reset_workflows(reason="incident 72", workflow_id="c-1", before=deploy)
         assert (summary["action"], summary["acted"]) == ("reset", 1)
         assert summary["forks_kept"] == 0

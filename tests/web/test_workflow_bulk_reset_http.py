@@ -30,6 +30,10 @@ def test_the_route_resets_the_running_runs_to_before_the_deploy_once_and_needs_a
             assert field is None or refused.json()["error"]["field"] == field, (bad, refused.text)
         preview = api.post("/workflows/reset", json={**body, "reason": None, "dry_run": True}).json()
         assert preview["matched"] == 3 and sorted(preview["execution_ids"]) == sorted(runs)
+        assert sorted(p["execution_id"] for p in preview["points"]) == sorted(runs)
+        assert all(
+            p["event_id"] and p["at"] and p["why"] is None and p["shard_id"] == 0 for p in preview["points"]
+        )
         step = api.post("/workflows/reset", json={**body, "workflow_id": "o-0"}).json()
         assert (step["action"], step["acted"], step["failed"]) == ("reset", 1, 0)
         rest = api.post("/workflows/reset", json={**body, "batch_id": step["batch_id"]}).json()
@@ -47,6 +51,10 @@ def test_the_route_resets_the_running_runs_to_before_the_deploy_once_and_needs_a
         assert props["before"]["format"] == "date-time"
         answer = spec["responses"]["200"]["content"]["application/json"]["schema"]
         assert answer["properties"]["forks_kept"]["type"] == "integer"
+        assert answer["properties"]["points"]["items"]["properties"]["event_id"]["type"] == [
+            "integer",
+            "null",
+        ]
         assert "forks_kept" not in answer["required"]  # (a reset's only)
     statuses = conn.execute(
         "SELECT status, count(*) FROM harvest.executions GROUP BY 1 ORDER BY 1"

@@ -277,7 +277,10 @@ def _emit(tally: BatchTally, output: str) -> None:
             which = "" if d["action"] == "reset" else "live "
             head = f"dry run: {d['matched']} {which}run(s) selected, nothing written"
             sample = d.get("execution_ids") or []
-            lines = [head] + ([f"  e.g. {', '.join(sample[:20])}"] if sample else [])
+            if d.get("points"):  # (a reset's: each sampled run's point, or why it has none)
+                lines = [head, table(d["points"], ["execution_id", "event_id", "at", "why"])]
+            else:
+                lines = [head] + ([f"  e.g. {', '.join(sample[:20])}"] if sample else [])
         else:
             done = f"{d['acted']} {DONE[d['action']]}"
             kept = f" ({d['forks_kept']} fork(s) kept at their fork boundary)" if d.get("forks_kept") else ""

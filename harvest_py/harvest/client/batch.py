@@ -162,6 +162,8 @@ class BatchTally:
     failures: list[dict[str, Any]] = field(default_factory=list)
     sample: list[str] = field(default_factory=list)
     acted_ids: set[str] = field(default_factory=set)
+    # A reset's dry run: each sampled run's point (event_id, at) or why it has none (why), with its shard
+    points: list[dict[str, Any]] = field(default_factory=list)
     unplaced_failures: int = 0  # moved runs whose shard could not be told
 
     def _shard(self, shard: int) -> ShardTally:
@@ -174,6 +176,7 @@ class BatchTally:
         tally.matched += int(answer.get("matched") or 0)
         if answer.get("dry_run"):
             self.sample += [str(i) for i in answer.get("execution_ids") or []]
+            self.points += [{**p, "shard_id": shard} for p in answer.get("points") or []]
             return []
         self._count(shard, tally, answer)
         return [str(i) for i in answer.get("moved") or [] if str(i) not in self.acted_ids]
@@ -219,6 +222,7 @@ class BatchTally:
         for failure in summary.get("failures") or []:
             self._failure(failure)
         self.sample += [str(i) for i in summary.get("execution_ids") or []]
+        self.points += [p for p in summary.get("points") or [] if isinstance(p, dict)]
         errors = {int(e["shard_id"]): str(e.get("error")) for e in summary.get("shard_errors") or []}
         self.unavailable = {
             int(s): errors.get(int(s), "unreachable") for s in summary.get("unavailable_shards") or []
@@ -248,6 +252,8 @@ class BatchTally:
             out["forks_kept"] = self.total("forks_kept")
         if self.dry_run:
             out["execution_ids"] = self.sample
+            if self.action == "reset":  # (each sampled run's point, or why it has none)
+                out["points"] = self.points
         return out
 
 

@@ -863,6 +863,21 @@ BATCH_SHAPE["properties"]["execution_ids"] = {"type": "array", "items": {"type":
 # A reset's (only a reset answers it): of unchanged, the reset's forks whose point was the very
 # boundary they were forked at, left with what they did since (summed over the shards).
 BATCH_SHAPE["properties"]["forks_kept"] = {"type": "integer", "minimum": 0}
+# A reset's dry run's (only it answers them): each sampled run's point (event_id and at, that
+# event's time) or why it has none or would be left (why), and its shard.
+BATCH_SHAPE["properties"]["points"] = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "properties": {
+            "execution_id": {"type": "string"},
+            "event_id": {"type": ["integer", "null"]},
+            "at": {"type": ["string", "null"], "format": "date-time"},
+            "why": {"type": ["string", "null"]},
+            "shard_id": {"type": "integer"},
+        },
+    },
+}
 TIMEOUT = {"type": "number", "minimum": 0.001, "maximum": 3600}
 WAIT = {"type": "string", "enum": ["accepted", "completed"]}
 # An update's answer: its id in both (the caller's, else minted); result only once completed.
