@@ -27,6 +27,16 @@ def test_the_dashboard_resets_the_running_runs_a_filter_lists(db, conn) -> None:
         assert 'name="reset_to"' in count.text and 'name="before"' in count.text
         assert "blank for the first workflow task" in count.text  # (the time is before_time's, not its)
         assert all(r in count.text for r in runs)
+        assert count.text.count("no time given: before_time needs the bad deploy&#39;s time") == 2, count.text
+        assert 'id="bulk-points-form"' in count.text
+        pointed = ui.get(
+            "/ui/workflows/bulk",
+            params={"action": "reset", "workflow_name": "ship_order", "before": deploy.isoformat()},
+        )
+        assert pointed.status_code == 200, pointed.text
+        sample = pointed.text.split('id="bulk-sample"')[1].split("</ul>")[0]
+        assert sample.count("</a>: event ") == 2 and "no time given" not in sample, sample
+        assert f'value="{deploy.isoformat()}"' in pointed.text  # (the time goes on to the act's form)
         refused = ui.get(
             "/ui/workflows/bulk",
             params={"action": "reset", "workflow_name": "ship_order", "status": "FAILED"},

@@ -453,7 +453,9 @@ class Dashboard:
             Route("/login", self.login, methods=["GET", "POST"]),
             Route("/logout", self.logout, methods=["POST"]),
             Route("/workflows", page(self.workflows, *FILTER_PARAMS, "limit", "order", "cursor")),
-            Route("/workflows/bulk", page(self.bulk_runs_count, "action", *FILTER_PARAMS)),
+            Route(  # (reset_to, before: a reset's preview of each run's point)
+                "/workflows/bulk", page(self.bulk_runs_count, "action", "reset_to", "before", *FILTER_PARAMS)
+            ),
             Route("/workflows/bulk", action(self.bulk_runs, "operate", _run_bulk_scope), methods=["POST"]),
             Route("/workflows/find", page(self.find_run, "id", "workflow_name")),
             Route("/workflows/{execution_id}", page(self.execution, *RUN_PAGE_PARAMS)),
@@ -776,13 +778,24 @@ class Dashboard:
             return raised
         state, filters = _bulk_filters(q, action)
         tally = BatchTally(action, True)
-        arguments = step_arguments(
-            {**filters, "state": state}, {"limit": RUN_BULK_SAMPLE, "dry_run": True, "batch_id": None}
-        )
+        options: dict[str, Any] = {"limit": RUN_BULK_SAMPLE, "dry_run": True, "batch_id": None}
+        if action == "reset":  # (the point and time asked for: each sampled run's point shown)
+            options["reset_to"] = _choice(q, "reset_to", RESET_POINTS) or RESET_POINTS[0]
+            options["before"] = _time(q, "before")
+        arguments = step_arguments({**filters, "state": state}, options)
         await self._bulk_step(raised, dict.fromkeys(self.source.shards), tally, arguments)
         if len(tally.unavailable) == len(self.source.shards):
             raise _no_shard("no shard could be counted; retry when one is up", tally.unavailable)
-        return self._bulk_page(request, raised, "confirm", tally, q, expected=tally.total("matched"))
+        return self._bulk_page(
+            request,
+            raised,
+            "confirm",
+            tally,
+            q,
+            expected=tally.total("matched"),
+            reset_to=options.get("reset_to"),
+            before=_param(q, "before") if action == "reset" else None,
+        )
 
     async def bulk_runs(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
         """POST /workflows/bulk: the act, RUN_BULK_STEPS bounded steps on each shard (the
@@ -901,10 +914,12 @@ class Dashboard:
             action=tally.action,
             summary=summary,
             shown=summary.get("execution_ids", [])[:RUN_BULK_SAMPLE],
+            points={str(p.get("execution_id")): p for p in summary.get("points") or []},
+            filter_pairs=urllib.parse.parse_qsl(_filter_query(filters)),
             said=_filter_said(filters, tally.action),
             done_word=_done(tally.action),
             filter_query=_filter_query(filters),
-            so_far=json.dumps({k: v for k, v in summary.items() if k != "execution_ids"}),
+            so_far=json.dumps({k: v for k, v in summary.items() if k not in ("execution_ids", "points")}),
             steps=RUN_BULK_STEPS,
             **{
                 "reason": None,
