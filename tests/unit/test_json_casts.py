@@ -52,6 +52,7 @@ ENGINE_WRITTEN = {
     ("rebalance.sql", "v_source"): "the digest the source shard computed",
     ("rebalance.sql", "v_now"): "the digest this shard computed",
     ("reset.sql", "c.event_data"): "a recorded event's seq",
+    ("reset.sql", "ev.event_data"): "a WorkflowResetFork event's to_event, written by the reset",
     ("reset.sql", "r.event_data"): "a recorded event's seq",
     ("reset.sql", "x.event_data"): "a recorded event's timer_seq",
     ("schedules.sql", "v_spec"): "the spec _check_schedule_spec returned, its numbers read by the rule",
