@@ -5,6 +5,9 @@ what was kept (nothing of that step) and what to do, and running it again resume
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -13,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 from psycopg import conninfo
 
+from harvest import App, Worker, workflow
 from harvest.cli.main import main
 
 
@@ -95,3 +99,87 @@ def test_the_management_apis_pool_takes_its_size_from_web_pool_size(db: str) -> 
         assert api.state.harvest.pool.max_size == 2
     with pytest.raises(ConfigError, match=r"web\.pool_size|WEB__POOL_SIZE"):
         load_config(env={"HARVEST_WEB__POOL_SIZE": "0"})
+
+
+@workflow
+async def idle(ctx: object) -> None:
+    return None
+
+
+def _janitor_lines(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "harvest.worker" and r.levelno == level and "statement_timeout" in r.getMessage()
+    ]
+
+
+def test_the_janitor_halves_its_batch_past_the_statement_timeout_warns_once_a_size_and_deletes(
+    db: str, platform_login: str, pg_server, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The janitor in a worker whose login has a 300 ms statement_timeout, configured for batches
+    of 32 over 40 expired runs (oldest first), the 20th held: a batch that reaches it waits on a
+    lock past the timeout and is rolled back. It halves its batch (32, 16: runs 1..16 go; 16,
+    10, the floor: refused again), one WARNING a new size and one at the floor, never one a
+    round; once the lock is gone, the batches of 10 delete the rest. It used to retry the
+    configured 32 every round with a bare "canceling statement" line, deleting nothing."""
+    caplog.set_level(logging.DEBUG, logger="harvest.worker")
+    with pg_server.admin() as admin:  # the worker this janitor runs in registers itself
+        admin.execute(f'GRANT harvest_worker TO "{conninfo.conninfo_to_dict(platform_login)["user"]}"')
+    with psycopg.connect(db, autocommit=True) as owner:
+        owner.execute("SELECT harvest.set_retention('30 days', 32, 'test')")
+        owner.execute(
+            "INSERT INTO harvest.executions (id, workflow_name, workflow_id, status, created_at,"
+            " completed_at)"
+            " SELECT gen_random_uuid(), 'backlog', 'backlog-' || n, 'COMPLETED', now() - interval '50 days',"
+            " now() - interval '40 days' + n * interval '1 second' FROM generate_series(1, 40) AS n"
+        )
+        owner.execute(
+            "CREATE FUNCTION public.janitor_test_wait() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$BEGIN PERFORM pg_advisory_xact_lock_shared(727272); RETURN OLD; END$$"
+        )
+        owner.execute(
+            "CREATE TRIGGER janitor_test_wait BEFORE DELETE ON harvest.executions FOR EACH ROW"
+            " WHEN (OLD.workflow_id = 'backlog-20') EXECUTE FUNCTION public.janitor_test_wait()"
+        )
+        holder = psycopg.connect(db, autocommit=True)
+        holder.execute("SELECT pg_advisory_lock(727272)")
+        try:
+
+            async def main() -> None:
+                worker = Worker(
+                    App(workflows=[idle]),
+                    platform_login,
+                    run_worker=False,
+                    run_scanner=False,
+                    run_retention=True,
+                    retention_interval=0.1,
+                )
+                task = asyncio.create_task(worker.run())
+                try:
+                    deadline = time.monotonic() + 30
+                    # Three rounds at the floor, each refused again: logged at DEBUG only.
+                    while len(_janitor_lines(caplog, logging.DEBUG)) < 3 and time.monotonic() < deadline:
+                        await asyncio.sleep(0.05)
+                    assert _runs(owner) == 24  # runs 1..16, in the batch of 16 that fitted
+                    warnings = _janitor_lines(caplog, logging.WARNING)
+                    assert len(warnings) == 3, warnings
+                    assert "now 16 execution(s)" in warnings[0] and "now 10 execution(s)" in warnings[1]
+                    assert "a batch of 10 execution(s)" in warnings[2]
+                    for line in warnings:
+                        assert "rolled back" in line and "ALTER ROLE" in line and "57014" in line, line
+                    holder.close()  # the lock gone: the batches of 10 fit
+                    while _runs(owner) and time.monotonic() < deadline:
+                        await asyncio.sleep(0.05)
+                    assert _runs(owner) == 0
+                    assert len(_janitor_lines(caplog, logging.WARNING)) == 3
+                    assert not [r for r in caplog.records if "retention run failed" in r.getMessage()]
+                finally:
+                    worker.request_stop()
+                    await asyncio.wait_for(task, 20)
+
+            asyncio.run(main())
+        finally:
+            holder.close()
+            owner.execute("DROP TRIGGER janitor_test_wait ON harvest.executions")
+            owner.execute("DROP FUNCTION public.janitor_test_wait()")

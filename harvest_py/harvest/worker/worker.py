@@ -49,6 +49,7 @@ from harvest.core.errors import (
 )
 from harvest.db import channels, pooler
 from harvest.db.connection import (
+    QUERY_CANCELED,
     connect_async,
     error_line,
     failure_reason,
@@ -80,6 +81,7 @@ from harvest.worker import scheduler, stopping
 from harvest.worker.activities import run_activity_task
 from harvest.worker.completions import CompletionBatcher, DecisionBatcher
 from harvest.worker.executors import ActivityExecutors, check_process_activities
+from harvest.worker.janitor_batch import JanitorBatch
 from harvest.worker.lanes import ShardLane, lane_of
 from harvest.worker.options import (
     WorkerOptions,
@@ -437,6 +439,7 @@ class Worker:
         self.retention_interval = options.retention_interval
         self.audit_max_age = options.audit_max_age
         self._audit_age_refused = False  # (a refused age is warned about once)
+        self._janitor_batches: dict[int, JanitorBatch] = {}  # each shard's (janitor_batch.py)
         self.relay_pump = relay_pump
         # Settles the moves a killed rebalancer left past their cutover (shards only).
         self.rebalance_resume = ResumeScanner(
@@ -1762,8 +1765,21 @@ class Worker:
                     await self._prune_audit_log(lane, self.audit_max_age)
                 # Batch after batch while rows remain; the prunes above and the seals' page below
                 # run once a round, not once a batch (behind a backlog a round is many batches).
+                # A batch the statement_timeout ended is retried at once, smaller (at the floor
+                # already: next round); see harvest/worker/janitor_batch.py.
+                batch = self._janitor_batches.setdefault(lane.shard, JanitorBatch())
                 while True:
-                    result = await lane.sql.run_retention()
+                    try:
+                        result = await lane.sql.run_retention(batch_size=batch.size)
+                    except Exception as exc:
+                        if getattr(exc, "sqlstate", None) != QUERY_CANCELED or self._passes_ending.is_set():
+                            raise
+                        if await self._janitor_timed_out(lane, batch, exc):
+                            continue
+                        break
+                    grown = batch.succeeded(result)
+                    if grown is not None:
+                        log.info("retention: the janitor's batch grows back to %d execution(s)", grown)
                     if result["deleted"]:
                         log.info(
                             "retention: deleted %d execution(s), %d remaining",
@@ -1790,6 +1806,40 @@ class Worker:
                 if not lane.note_failure(exc, "retention"):
                     log.warning("retention run failed: %s", failure_reason(exc, lane.dsn))
             await self._passes_end(self.retention_interval)
+
+    async def _janitor_timed_out(self, lane: ShardLane, batch: JanitorBatch, exc: Exception) -> bool:
+        """A janitor batch the statement_timeout ended (57014; rolled back whole): whether the
+        round goes on with a smaller batch. One WARNING a new size (and one when the floor's
+        batch is ended too), a DEBUG line for each retry at the floor: never one a round."""
+        configured = None
+        if batch.size is None and batch.configured is None:  # the configured size, to halve it
+            try:
+                configured = (await lane.sql.get_retention_status())["batch_size"]
+            except Exception as status_exc:  # (its count may run past the timeout too)
+                log.debug("retention: batch size not read: %s", failure_reason(status_exc, lane.dsn))
+        floor_before = batch.at_floor
+        smaller = batch.timed_out(configured)
+        if smaller is not None:
+            log.warning(
+                "retention: a batch ran past the statement_timeout and was rolled back (%s); the "
+                "janitor's batches are now %d execution(s) (it grows back after %d that succeed). "
+                "To keep the configured size, give this login a longer timeout: ALTER ROLE <login> "
+                "SET statement_timeout = '5min' (it overrides the database's)",
+                failure_reason(exc, lane.dsn),
+                smaller,
+                batch.grow_after,
+            )
+            return True
+        batch.at_floor = True
+        (log.debug if floor_before else log.warning)(
+            "retention: a batch of %d execution(s) ran past the statement_timeout and was rolled "
+            "back (%s); nothing is deleted until a batch that small fits: give this login a longer "
+            "timeout (ALTER ROLE <login> SET statement_timeout = '5min'), or find what holds it "
+            "(a lock: pg_stat_activity)",
+            batch.size,
+            failure_reason(exc, lane.dsn),
+        )
+        return False
 
     async def _prune_audit_log(self, lane: ShardLane, age: str) -> None:
         """The audit rows older than ``retention.audit_max_age`` deleted, batch after batch until
