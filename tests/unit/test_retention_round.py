@@ -37,7 +37,7 @@ class _CountingSql:
         self.calls["prune_flow_keys"] += 1
         return {"deleted": 0}
 
-    async def run_retention(self) -> dict[str, Any]:
+    async def run_retention(self, batch_size: int | None = None) -> dict[str, Any]:
         self.calls["run_retention"] += 1
         self.left -= 1
         if self.left <= 0:
