@@ -17,6 +17,7 @@ and which a busy machine's timing would blur); its cost is one cancelled batch p
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 FLOOR = 10  # the smallest batch the janitor shrinks to (a configured size below it is kept)
 GROW_AFTER = 8  # successful batches in a row at a reduced size before it doubles
@@ -35,7 +36,7 @@ class JanitorBatch:
     at_floor: bool = False  # a batch at the floor ran past the timeout (warned once)
     grown: bool = False  # the current size came from a growth
 
-    def succeeded(self, result: dict) -> int | None:
+    def succeeded(self, result: dict[str, Any]) -> int | None:
         """A batch committed (``result``: run_retention's answer): the new size when it grew
         (back to the configured one: that size, and ``size`` None), else None."""
         self.at_floor = False
