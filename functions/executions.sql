@@ -1189,7 +1189,7 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_dry boolean := coalesce(p_dry_run, false);
-    v_point bigint;
+    v_plan record;  -- (a reset: _reset_plan of the run)
     v_statuses text[] := ARRAY['RUNNING', 'PAUSED'];
     v_where text[];
     v_filter record;
@@ -1213,8 +1213,7 @@ DECLARE
     v_params text[] := ARRAY[]::text[];
     v_holding boolean := false;  -- an earlier run's subtransaction committed: its row locks stay
     v_changed boolean;
-    v_fork_at bigint;  -- (a reset: the boundary a run that is a reset's fork was forked at)
-    v_forks integer := 0;  -- (a reset: forks left at or after their boundary, counted in unchanged too)
+    v_forks integer := 0;  -- (a reset: forks left at their own fork boundary, counted in unchanged too)
 BEGIN
     IF p_limit IS NULL OR p_limit < 1 OR p_limit > 1000 THEN
         RAISE EXCEPTION 'limit % is out of range 1..1000', p_limit USING ERRCODE = 'HR001',
@@ -1409,41 +1408,21 @@ BEGIN
                         PERFORM harvest._terminate_execution(v_row.id, p_reason);
                         v_acted := v_acted || v_row.id;
                     ELSIF p_action = 'reset' THEN
-                        IF EXISTS (SELECT 1 FROM harvest.events AS ev
-                                   WHERE ev.execution_id = v_row.id AND ev.event_type = 'WorkflowResetFork'
-                                     AND ev.event_data ->> 'batch_id' = v_batch) THEN
-                            v_unchanged := v_unchanged + 1;  -- a fork this batch made: not reset again
-                        ELSE
-                            v_point := harvest._reset_point(v_execution, p_reset_to, p_before);
-                            IF v_point IS NULL THEN
-                                RAISE EXCEPTION 'run % has no valid reset point %', v_row.id,
-                                    p_reset_to || CASE WHEN p_reset_to = 'before_time'
-                                        THEN ' before ' || harvest._iso_time(p_before) || ' (none written before '
-                                             'that time, or none among the 1000 events nearest it)' ELSE '' END
-                                    || ': reset it with first_workflow_task, or alone with harvest workflow '
-                                       'reset --to-event (its --dry-run says which points are valid)'
-                                    USING ERRCODE = 'HR001',
-                                    HINT = 'harvest workflow stack shows what the run waits on';
-                            END IF;
-                            -- A reset's fork (another batch's, a single reset's) is not reset to the
-                            -- very boundary it was forked at: the same command run again without its
-                            -- batch id finds that boundary again and would throw away what the fork
-                            -- did since. A corrected, earlier time still resets it, and so does a
-                            -- later deploy's time that finds a later boundary (the fork's own work
-                            -- before that deploy kept); first_workflow_task does unless the fork
-                            -- began there. (A time in the future, which would find the fork's
-                            -- latest boundary, is refused above.)
-                            SELECT (ev.event_data ->> 'to_event')::bigint INTO v_fork_at FROM harvest.events AS ev
-                            WHERE ev.execution_id = v_row.id AND ev.event_type = 'WorkflowResetFork'
-                            ORDER BY ev.event_id DESC LIMIT 1;
-                            IF v_point = v_fork_at THEN
-                                v_unchanged := v_unchanged + 1;
-                                v_forks := v_forks + 1;
-                            ELSE
-                                PERFORM harvest._reset_execution(v_row.id, v_point, p_reason, p_operator_id,
-                                                                 p_signal_reapply, false, v_batch);
-                                v_acted := v_acted || v_row.id;
-                            END IF;
+                        -- (reset.sql, _reset_plan: the dry run's points read the same rule)
+                        v_plan := harvest._reset_plan(v_execution, p_reset_to, p_before, v_batch);
+                        IF v_plan.p_outcome = 'no_point' THEN
+                            RAISE EXCEPTION 'run % has %', v_row.id, v_plan.p_why
+                                || ': reset it with first_workflow_task, or alone with harvest workflow '
+                                   'reset --to-event (its --dry-run says which points are valid)'
+                                USING ERRCODE = 'HR001',
+                                HINT = 'harvest workflow stack shows what the run waits on';
+                        ELSIF v_plan.p_outcome = 'reset' THEN
+                            PERFORM harvest._reset_execution(v_row.id, v_plan.p_point, p_reason, p_operator_id,
+                                                             p_signal_reapply, false, v_batch);
+                            v_acted := v_acted || v_row.id;
+                        ELSE  -- own_batch, fork_boundary (no_time never: a step without a time is refused)
+                            v_unchanged := v_unchanged + 1;
+                            v_forks := v_forks + (v_plan.p_outcome = 'fork_boundary')::integer;
                         END IF;
                     ELSIF p_action IN ('pause', 'resume') THEN  -- (lifecycle.sql: false when so already)
                         v_changed := CASE p_action WHEN 'pause' THEN harvest._pause_execution(v_execution, p_reason, p_operator_id)

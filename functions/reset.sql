@@ -203,11 +203,58 @@ BEGIN
 END;
 $$;
 
+-- What a reset batch does with one run (reset_workflows' step and its dry run's points, one rule
+-- for both): p_outcome 'reset' to p_point, or it is left: 'own_batch' (a fork p_batch_id made:
+-- not reset again), 'fork_boundary' (a reset's fork whose point is the very boundary it was
+-- forked at: the same command run again without its batch id would throw away what the fork did
+-- since; an earlier time, a later deploy's time or first_workflow_task past it still resets it),
+-- 'no_point' (no valid boundary), 'no_time' (before_time without a time: a dry run's only).
+-- p_why says it in words (NULL for 'reset').
+CREATE OR REPLACE FUNCTION harvest._reset_plan(
+    p_execution harvest.executions, p_to text, p_before timestamptz, p_batch_id text,
+    OUT p_point bigint, OUT p_outcome text, OUT p_why text
+)
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_fork_at bigint;
+BEGIN
+    IF p_to = 'before_time' AND p_before IS NULL THEN
+        p_outcome := 'no_time';
+        p_why := 'no time given: before_time needs the bad deploy''s time';
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT 1 FROM harvest.events AS ev
+               WHERE ev.execution_id = p_execution.id AND ev.event_type = 'WorkflowResetFork'
+                 AND ev.event_data ->> 'batch_id' = p_batch_id) THEN
+        p_outcome := 'own_batch';
+        p_why := 'a fork this batch made: not reset again';
+        RETURN;
+    END IF;
+    p_point := harvest._reset_point(p_execution, p_to, p_before);
+    IF p_point IS NULL THEN
+        p_outcome := 'no_point';
+        p_why := 'no valid reset point ' || p_to || CASE WHEN p_to = 'before_time'
+            THEN ' before ' || harvest._iso_time(p_before) || ' (none written before that time, or none '
+                 'among the 1000 events nearest it)' ELSE '' END;
+        RETURN;
+    END IF;
+    SELECT (ev.event_data ->> 'to_event')::bigint INTO v_fork_at FROM harvest.events AS ev
+    WHERE ev.execution_id = p_execution.id AND ev.event_type = 'WorkflowResetFork'
+    ORDER BY ev.event_id DESC LIMIT 1;
+    IF p_point = v_fork_at THEN
+        p_outcome := 'fork_boundary';
+        p_why := 'its own fork boundary: left as it is (forks_kept)';
+        RETURN;
+    END IF;
+    p_outcome := 'reset';
+END;
+$$;
+
 -- A reset batch's dry run, run by run (reset_workflows' points, in p_execution_ids' order): the
 -- point the step would reset each to (event_id, and at: that event's time), or why none (why,
--- event_id NULL): no time given for before_time, no valid boundary; or why a run with a point
--- would be left (its own fork boundary: forks_kept; a fork p_batch_id made). As many runs as the
--- step's limit, each looked at as the step would (_reset_point): a dry run costs a step's reads.
+-- event_id NULL), or why a run with a point would be left (_reset_plan). As many runs as the
+-- step's limit, each looked at as the step would: a dry run costs a step's reads.
 CREATE OR REPLACE FUNCTION harvest._reset_points(
     p_execution_ids uuid[], p_to text, p_before timestamptz, p_batch_id text
 )
@@ -217,40 +264,18 @@ AS $$
 DECLARE
     v_out jsonb := '[]'::jsonb;
     v_execution harvest.executions;
-    v_point bigint;
-    v_fork_at bigint;
-    v_why text;
+    v_plan record;
 BEGIN
     FOR v_execution IN
         SELECT e.* FROM unnest(p_execution_ids) WITH ORDINALITY AS u (id, n)
         JOIN harvest.executions AS e ON e.id = u.id ORDER BY u.n
     LOOP
-        v_point := NULL;
-        v_why := NULL;
-        IF p_to = 'before_time' AND p_before IS NULL THEN
-            v_why := 'no time given: before_time needs the bad deploy''s time';
-        ELSIF EXISTS (SELECT 1 FROM harvest.events AS ev
-                      WHERE ev.execution_id = v_execution.id AND ev.event_type = 'WorkflowResetFork'
-                        AND ev.event_data ->> 'batch_id' = p_batch_id) THEN
-            v_why := 'a fork this batch made: not reset again';
-        ELSE
-            v_point := harvest._reset_point(v_execution, p_to, p_before);
-            SELECT (ev.event_data ->> 'to_event')::bigint INTO v_fork_at FROM harvest.events AS ev
-            WHERE ev.execution_id = v_execution.id AND ev.event_type = 'WorkflowResetFork'
-            ORDER BY ev.event_id DESC LIMIT 1;
-            IF v_point IS NULL THEN
-                v_why := 'no valid reset point ' || p_to || CASE WHEN p_to = 'before_time'
-                    THEN ' before ' || harvest._iso_time(p_before) || ' (none written before that time, or none '
-                         'among the 1000 events nearest it)' ELSE '' END;
-            ELSIF v_point = v_fork_at THEN
-                v_why := 'its own fork boundary: left as it is (forks_kept)';
-            END IF;
-        END IF;
+        v_plan := harvest._reset_plan(v_execution, p_to, p_before, p_batch_id);
         v_out := v_out || jsonb_build_object(
-            'execution_id', v_execution.id, 'event_id', v_point,
+            'execution_id', v_execution.id, 'event_id', v_plan.p_point,
             'at', (SELECT ev.created_at FROM harvest.events AS ev
-                   WHERE ev.execution_id = v_execution.id AND ev.event_id = v_point),
-            'why', v_why);
+                   WHERE ev.execution_id = v_execution.id AND ev.event_id = v_plan.p_point),
+            'why', v_plan.p_why);
     END LOOP;
     RETURN v_out;
 END;

@@ -42,7 +42,6 @@ ENGINE_WRITTEN = {
     ("dags.sql", "j.obj"): "the same outcome, merged",
     ("flow_usage.sql", "ev.event_data"): "a recorded event's attempt",
     ("lifecycle.sql", "ev.event_data"): "a recorded event's seq",
-    ("executions.sql", "ev.event_data"): "a WorkflowResetFork event's to_event, written by the reset",
     ("lifecycle.sql", "v_event.event_data"): "a recorded event's attempt",
     ("metrics.sql", "c.value"): "list_concurrency_keys' own rows as JSON",
     ("metrics.sql", "h.value"): "_sample_queue_depths' own per-queue heads (v_heads)",
