@@ -1,7 +1,7 @@
 -- functions/security.sql: harvest._function_role, harvest._secure_functions and the roles they grant,
 -- harvest._session_has_role.
 BEGIN;
-SELECT plan(80);
+SELECT plan(84);
 
 SELECT has_role('harvest_reader');
 SELECT has_role('harvest_operator');
@@ -206,6 +206,28 @@ SELECT throws_ok($$SET LOCAL ROLE harvest_worker$$, '42501', NULL,
                  'SET ROLE to a role the login is not a member of is refused by PostgreSQL');
 SELECT is(current_setting('role'), 'none', '... and the session keeps no role set');
 RESET SESSION AUTHORIZATION;
+
+-- This stop's entry points, by role: reset by filter (it throws away what runs did) is admin's
+-- only; the held-back starts' list a reader's; the worker take-back and the reset rule's helpers
+-- no role's (called inside the functions that check the caller).
+SELECT is(ARRAY(SELECT r FROM unnest(ARRAY['harvest_reader', 'harvest_operator', 'harvest_worker', 'harvest_admin']) AS r
+                WHERE has_function_privilege(r, 'harvest.reset_workflows(text, timestamptz, text, text, text, '
+                    'text[], timestamptz, timestamptz, text, text, text, integer, boolean, text, text, uuid[], text, boolean)',
+                    'EXECUTE')),
+          ARRAY['harvest_admin'], 'reset_workflows: admin only (reader, operator, worker refused)');
+SELECT is(ARRAY(SELECT r FROM unnest(ARRAY['harvest_reader', 'harvest_operator', 'harvest_worker', 'harvest_admin']) AS r
+                WHERE has_function_privilege(r, 'harvest.list_pending_starts(text, text, integer, timestamptz, bigint, '
+                    'bigint, text)', 'EXECUTE')),
+          ARRAY['harvest_reader', 'harvest_operator', 'harvest_admin'], 'list_pending_starts: read and above, not a worker');
+SELECT is((SELECT count(*) FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+           CROSS JOIN unnest(ARRAY['harvest_reader', 'harvest_operator', 'harvest_worker', 'harvest_admin']) AS r
+           WHERE n.nspname = 'harvest'
+             AND p.proname IN ('_reset_plan', '_reset_points', '_take_back_worker_tasks', '_check_signal_reapply')
+             AND has_function_privilege(r, p.oid, 'EXECUTE')), 0::bigint,
+          'the reset rule''s and the worker take-back''s helpers: no role calls them directly');
+SELECT throws_ok($$SET LOCAL ROLE harvest_operator; SELECT harvest.reset_workflows(p_dry_run => true)$$, '42501', NULL,
+                 'an operator session is refused reset_workflows');
+RESET ROLE;
 
 SELECT * FROM finish();
 ROLLBACK;
