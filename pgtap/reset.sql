@@ -465,7 +465,7 @@ ROLLBACK;
 -- as for any other terminal run. A bad deploy's activity failures park as dead letters (replayed
 -- after the fix) before the run fails; a run failed by a dead_letter=False activity is started again.
 BEGIN;
-SELECT plan(10);
+SELECT plan(12);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT lives_ok($$SELECT harvest._check_signal_reapply('buffer')$$, '_check_signal_reapply: buffer is one');
 SELECT throws_ok($$SELECT harvest._check_signal_reapply('keep')$$, 'HR001', 'unknown signal_reapply "keep"',
@@ -486,6 +486,14 @@ SELECT is((harvest._reset_points(ARRAY[pg_temp.run('ff')], 'first_workflow_task'
           '_reset_points: each run''s point (a dry run''s preview)');
 SELECT is(harvest._reset_points(ARRAY[pg_temp.run('ff')], 'before_time', NULL, NULL) -> 0 -> 'why',
           '"no time given: before_time needs the bad deploy''s time"'::jsonb, '_reset_points: or why it has none');
+SELECT is((SELECT jsonb_build_array(p.p_point, p.p_outcome, p.p_why)
+           FROM harvest._reset_plan((SELECT e FROM harvest.executions AS e WHERE e.id = pg_temp.run('ff')),
+                                    'first_workflow_task', NULL, NULL) AS p),
+          '[1, "reset", null]'::jsonb, '_reset_plan: a run with a point is reset to it (the step''s and the dry run''s rule)');
+SELECT is((SELECT jsonb_build_array(p.p_point, p.p_outcome)
+           FROM harvest._reset_plan((SELECT e FROM harvest.executions AS e WHERE e.id = pg_temp.run('ff')),
+                                    'before_time', NULL, NULL) AS p),
+          '[null, "no_time"]'::jsonb, '_reset_plan: before_time without a time has no point');
 -- (reset_workflow is harvest._reset_execution with no batch: the refusal below is its.)
 SELECT throws_ok(format('SELECT harvest.reset_workflow(%L, 1, %L)', pg_temp.run('ff'), 'fixed'), 'HR005',
                  format('cannot reset execution %s to event 1: the run is FAILED; only running runs can be reset',
